@@ -1,0 +1,33 @@
+# sieve_add_plugin(NAME name SOURCES ... [CUDA_SOURCES ...] [OUTPUT_DIR dir] [NO_INSTALL])
+# A plugin is a shared module that exports exactly one entry point (plus the optional score
+# function): a linker version script hides every other symbol. It links the ABI headers and the
+# small plugin-support library, never the runtime.
+set(SIEVE_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/plugin.map)
+function(sieve_add_plugin)
+  cmake_parse_arguments(P "NO_INSTALL" "NAME;OUTPUT_DIR" "SOURCES;CUDA_SOURCES" ${ARGN})
+  set(target sieve_plugin_${P_NAME})
+  set(srcs ${P_SOURCES})
+  if(SIEVE_WITH_CUDA)
+    list(APPEND srcs ${P_CUDA_SOURCES})
+  endif()
+  add_library(${target} MODULE ${srcs})
+  set_target_properties(${target} PROPERTIES
+    OUTPUT_NAME sieve_${P_NAME} PREFIX "lib"
+    CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  if(NOT P_OUTPUT_DIR)
+    set(P_OUTPUT_DIR ${SIEVE_PLUGIN_OUTPUT_DIR})
+  endif()
+  set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${P_OUTPUT_DIR})
+  target_link_libraries(${target} PRIVATE sieve_plugin_support)
+  target_link_options(${target} PRIVATE "LINKER:--version-script=${SIEVE_PLUGIN_VERSION_SCRIPT}"
+                                        "LINKER:--no-undefined")
+  if(SIEVE_WITH_CUDA)
+    target_compile_definitions(${target} PRIVATE SIEVE_WITH_CUDA=1)
+    if(P_CUDA_SOURCES)
+      target_link_libraries(${target} PRIVATE CUDA::cudart)
+    endif()
+  endif()
+  if(NOT P_NO_INSTALL)
+    install(TARGETS ${target} LIBRARY DESTINATION ${SIEVE_PLUGIN_INSTALL_DIR})
+  endif()
+endfunction()
