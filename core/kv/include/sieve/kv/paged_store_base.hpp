@@ -1,0 +1,100 @@
+// What the CPU and CUDA paged stores share: the page bookkeeping (free lists, per-layer page
+// lists of every sequence, sidecar registry, byte accounting), argument checking, and the
+// translation to the C table. A concrete store only says where bytes live and how they move.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sieve/host_services.h"
+#include "sieve/kv_store.h"
+
+namespace sieve::kv {
+
+// Where one appended token goes: row `src` of the append's k/v lands in `page`, slot `offset`.
+struct TokenSlot {
+  int32_t src;
+  int32_t page;
+  int32_t offset;
+};
+
+struct Sidecar {
+  std::string name;
+  DLDataType dtype;
+  int32_t elems_per_head;
+  size_t bytes_per_page;  // n_kv_heads * elems_per_head * dtype bytes
+};
+
+// Host arrays of one layer's view; a store publishes them as DLTensors on its device.
+struct ViewArrays {
+  std::vector<int32_t> indptr, indices, last_page_len;
+};
+
+class PagedStoreBase {
+ public:
+  PagedStoreBase(const sieve_host_services* services, const sieve_kv_config& config);
+  virtual ~PagedStoreBase() = default;
+  PagedStoreBase(const PagedStoreBase&) = delete;
+  PagedStoreBase& operator=(const PagedStoreBase&) = delete;
+
+  // The ABI operations (throwing sieve::kv::Error on bad input; the C table catches).
+  int32_t add_sequence();
+  void remove_sequence(int32_t seq);
+  int32_t seq_len(int32_t layer, int32_t seq) const;
+  void append(const sieve_kv_append& a);
+  void view(int32_t layer, const int32_t* seq_ids, int32_t batch, sieve_paged_kv* out);
+  int32_t register_sidecar(const sieve_sidecar_desc& desc);
+  void sidecar(int32_t layer, int32_t slot, DLTensor* out);
+  uint64_t evict(int32_t layer, int32_t seq, const int32_t* logical_pages, int32_t n);
+  uint64_t bytes_in_use() const;
+
+  const std::string& last_error() const { return last_error_; }
+  void set_last_error(std::string e) { last_error_ = std::move(e); }
+
+  // Geometry helpers.
+  const sieve_kv_config& config() const { return config_; }
+  const sieve_geometry& geometry() const { return config_.geometry; }
+  size_t elem_bytes() const;
+  size_t page_elems() const;       // n_kv_heads * page_size * head_dim
+  size_t kv_page_bytes() const;    // K + V (+ pre-RoPE K) bytes of one page
+
+ protected:
+  // Storage hooks of a concrete store.
+  virtual void allocate_pools() = 0;  // called once from the concrete constructor
+  virtual void write_tokens(int32_t layer, const std::vector<TokenSlot>& slots,
+                            const sieve_kv_append& a) = 0;
+  virtual void allocate_sidecar(int32_t slot) = 0;  // storage for every layer of sidecar `slot`
+  virtual void clear_sidecar_page(int32_t layer, int32_t slot, int32_t page) = 0;
+  virtual void release_pages(int32_t layer, const std::vector<int32_t>& pages) = 0;
+  virtual void publish_view(int32_t layer, const ViewArrays& arrays, sieve_paged_kv* out) = 0;
+  virtual void sidecar_tensor(int32_t layer, int32_t slot, DLTensor* out) = 0;
+  virtual DLDevice device() const = 0;
+
+  const sieve_host_services* services_;
+  sieve_kv_config config_;
+  std::vector<Sidecar> sidecars_;
+
+ private:
+  struct Sequence {
+    bool live = false;
+    std::vector<std::vector<int32_t>> pages;  // per layer: physical page ids in token order
+    std::vector<int32_t> last_len;            // per layer: tokens in the last page
+    std::vector<int32_t> resident;            // per layer: resident tokens
+  };
+  int32_t take_page(int32_t layer);
+  void check_layer(int32_t layer) const;
+  Sequence& sequence(int32_t seq);
+  const Sequence& sequence(int32_t seq) const;
+
+  std::vector<Sequence> seqs_;
+  std::vector<std::vector<int32_t>> free_pages_;  // per layer, used as a stack
+  std::vector<int64_t> pages_in_use_;             // per layer
+  std::vector<ViewArrays> views_;                 // per layer, the arrays behind the last view
+  std::string last_error_;
+};
+
+// Builds the C table for a store type `S` whose constructor is S(services, config).
+template <class S>
+const sieve_kv_store_api* make_store_api(const char* name);
+
+}  // namespace sieve::kv

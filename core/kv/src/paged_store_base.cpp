@@ -1,0 +1,266 @@
+// Page bookkeeping shared by the CPU and CUDA paged stores.
+#include "sieve/kv/paged_store_base.hpp"
+
+#include <algorithm>
+
+#include "sieve/util/error.hpp"
+#include "sieve/util/tensor.hpp"
+
+namespace sieve::kv {
+
+namespace {
+std::string geometry_problem(const sieve_kv_config& c) {
+  const auto& g = c.geometry;
+  if (g.hdr.struct_size < sizeof(sieve_geometry)) return "geometry struct is older than v1.0";
+  if (g.n_layers <= 0) return "n_layers must be > 0, got " + std::to_string(g.n_layers);
+  if (g.n_kv_heads <= 0) return "n_kv_heads must be > 0, got " + std::to_string(g.n_kv_heads);
+  if (g.head_dim <= 0) return "head_dim must be > 0, got " + std::to_string(g.head_dim);
+  if (g.page_size != 16 && g.page_size != 32 && g.page_size != 64)
+    return "page_size must be 16, 32 or 64, got " + std::to_string(g.page_size);
+  if (!is_float_storage(g.kv_dtype))
+    return "kv_dtype must be f32, f16 or bf16, got " + dtype_name(g.kv_dtype);
+  if (c.pages_per_layer <= 0)
+    return "pages_per_layer must be > 0, got " + std::to_string(c.pages_per_layer);
+  return {};
+}
+}  // namespace
+
+PagedStoreBase::PagedStoreBase(const sieve_host_services* services, const sieve_kv_config& config)
+    : services_(services), config_(config) {
+  std::string p = geometry_problem(config_);
+  require(p.empty(), SIEVE_ERR_INVALID_ARGUMENT, "KV store config: " + p);
+  const int L = config_.geometry.n_layers;
+  free_pages_.resize(L);
+  for (auto& fl : free_pages_) {
+    fl.resize(config_.pages_per_layer);
+    // A stack popping the lowest id first keeps fresh stores compact and deterministic.
+    for (int32_t i = 0; i < config_.pages_per_layer; ++i) fl[i] = config_.pages_per_layer - 1 - i;
+  }
+  pages_in_use_.assign(L, 0);
+  views_.resize(L);
+}
+
+size_t PagedStoreBase::elem_bytes() const { return dtype_bytes(config_.geometry.kv_dtype); }
+size_t PagedStoreBase::page_elems() const {
+  const auto& g = config_.geometry;
+  return size_t(g.n_kv_heads) * g.page_size * g.head_dim;
+}
+size_t PagedStoreBase::kv_page_bytes() const {
+  return page_elems() * elem_bytes() * (config_.keep_pre_rope_k ? 3 : 2);
+}
+
+void PagedStoreBase::check_layer(int32_t layer) const {
+  require(layer >= 0 && layer < config_.geometry.n_layers, SIEVE_ERR_NOT_FOUND,
+          "layer " + std::to_string(layer) + " out of range (store has " +
+              std::to_string(config_.geometry.n_layers) + " layers)");
+}
+
+PagedStoreBase::Sequence& PagedStoreBase::sequence(int32_t seq) {
+  require(seq >= 0 && seq < int32_t(seqs_.size()) && seqs_[seq].live, SIEVE_ERR_NOT_FOUND,
+          "unknown sequence id " + std::to_string(seq));
+  return seqs_[seq];
+}
+const PagedStoreBase::Sequence& PagedStoreBase::sequence(int32_t seq) const {
+  return const_cast<PagedStoreBase*>(this)->sequence(seq);
+}
+
+int32_t PagedStoreBase::add_sequence() {
+  auto it = std::find_if(seqs_.begin(), seqs_.end(), [](const Sequence& s) { return !s.live; });
+  if (it == seqs_.end()) it = seqs_.insert(seqs_.end(), Sequence{});
+  const int L = config_.geometry.n_layers;
+  it->live = true;
+  it->pages.assign(L, {});
+  it->last_len.assign(L, 0);
+  it->resident.assign(L, 0);
+  return int32_t(it - seqs_.begin());
+}
+
+void PagedStoreBase::remove_sequence(int32_t seq) {
+  Sequence& s = sequence(seq);
+  for (int32_t l = 0; l < config_.geometry.n_layers; ++l) {
+    release_pages(l, s.pages[l]);
+    for (int32_t p : s.pages[l]) free_pages_[l].push_back(p);
+    pages_in_use_[l] -= int64_t(s.pages[l].size());
+  }
+  s = Sequence{};
+}
+
+int32_t PagedStoreBase::seq_len(int32_t layer, int32_t seq) const {
+  check_layer(layer);
+  return sequence(seq).resident[layer];
+}
+
+int32_t PagedStoreBase::take_page(int32_t layer) {
+  auto& fl = free_pages_[layer];
+  require(!fl.empty(), SIEVE_ERR_CAPACITY,
+          "layer " + std::to_string(layer) + ": page pool full (" +
+              std::to_string(config_.pages_per_layer) + " pages of " +
+              std::to_string(config_.geometry.page_size) + " tokens)");
+  int32_t p = fl.back();
+  fl.pop_back();
+  ++pages_in_use_[layer];
+  for (int32_t slot = 0; slot < int32_t(sidecars_.size()); ++slot) clear_sidecar_page(layer, slot, p);
+  return p;
+}
+
+void PagedStoreBase::append(const sieve_kv_append& a) {
+  const auto& g = config_.geometry;
+  require(a.hdr.struct_size >= sizeof(sieve_kv_append), SIEVE_ERR_VERSION,
+          "append: argument struct older than v1.0");
+  check_layer(a.layer);
+  require(a.batch >= 0, SIEVE_ERR_INVALID_ARGUMENT, "append: negative batch");
+  require(a.batch == 0 || (a.seq_ids && a.token_indptr), SIEVE_ERR_INVALID_ARGUMENT,
+          "append: seq_ids / token_indptr is null");
+  const int64_t n_tokens = a.batch ? a.token_indptr[a.batch] : 0;
+  auto check = [&](const DLTensor* t, const char* what, bool optional) {
+    if (optional && !t) return;
+    std::string p = check_tensor(t, what, 3, {n_tokens, g.n_kv_heads, g.head_dim});
+    require(p.empty(), SIEVE_ERR_INVALID_ARGUMENT, "append: " + p);
+    require(is_float_storage(t->dtype), SIEVE_ERR_INVALID_ARGUMENT,
+            std::string("append: ") + what + " dtype " + dtype_name(t->dtype) + " is not f32/f16/bf16");
+    require(t->device.device_type == device().device_type, SIEVE_ERR_INVALID_ARGUMENT,
+            std::string("append: ") + what + " is on " + device_name(t->device) +
+                ", the store is on " + device_name(device()));
+    require(stride(*t, 2) == 1, SIEVE_ERR_INVALID_ARGUMENT,
+            std::string("append: ") + what + " must be unit-stride along head_dim");
+  };
+  if (n_tokens > 0) {
+    check(a.k, "k", false);
+    check(a.v, "v", false);
+    check(a.k_pre_rope, "k_pre_rope", true);
+    require(!config_.keep_pre_rope_k || a.k_pre_rope, SIEVE_ERR_INVALID_ARGUMENT,
+            "append: this store keeps pre-RoPE keys, k_pre_rope is required");
+  }
+  // Plan every slot first so a capacity failure leaves the store unchanged.
+  for (int32_t b = 0; b < a.batch; ++b) {
+    require(a.token_indptr[b] <= a.token_indptr[b + 1] && a.token_indptr[0] == 0,
+            SIEVE_ERR_INVALID_ARGUMENT, "append: token_indptr is not non-decreasing from 0");
+    sequence(a.seq_ids[b]);
+    for (int32_t c = 0; c < b; ++c)
+      require(a.seq_ids[c] != a.seq_ids[b], SIEVE_ERR_INVALID_ARGUMENT,
+              "append: sequence " + std::to_string(a.seq_ids[b]) + " listed twice");
+  }
+  int64_t new_pages = 0;
+  for (int32_t b = 0; b < a.batch; ++b) {
+    const Sequence& s = sequence(a.seq_ids[b]);
+    int32_t room = s.pages[a.layer].empty() ? 0 : g.page_size - s.last_len[a.layer];
+    int32_t n = a.token_indptr[b + 1] - a.token_indptr[b];
+    if (n > room) new_pages += (n - room + g.page_size - 1) / g.page_size;
+  }
+  require(new_pages <= int64_t(free_pages_[a.layer].size()), SIEVE_ERR_CAPACITY,
+          "layer " + std::to_string(a.layer) + ": page pool full: append needs " +
+              std::to_string(new_pages) + " new pages, " +
+              std::to_string(free_pages_[a.layer].size()) + " free of " +
+              std::to_string(config_.pages_per_layer));
+  std::vector<TokenSlot> slots;
+  slots.reserve(size_t(n_tokens));
+  for (int32_t b = 0; b < a.batch; ++b) {
+    Sequence& s = sequence(a.seq_ids[b]);
+    auto& pages = s.pages[a.layer];
+    int32_t& last = s.last_len[a.layer];
+    for (int32_t r = a.token_indptr[b]; r < a.token_indptr[b + 1]; ++r) {
+      if (pages.empty() || last == g.page_size) {
+        pages.push_back(take_page(a.layer));
+        last = 0;
+      }
+      slots.push_back({r, pages.back(), last});
+      ++last;
+      ++s.resident[a.layer];
+    }
+  }
+  if (!slots.empty()) write_tokens(a.layer, slots, a);
+}
+
+void PagedStoreBase::view(int32_t layer, const int32_t* seq_ids, int32_t batch, sieve_paged_kv* out) {
+  check_layer(layer);
+  require(out != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "view: out is null");
+  require(batch >= 0 && (batch == 0 || seq_ids), SIEVE_ERR_INVALID_ARGUMENT,
+          "view: seq_ids is null or batch negative");
+  ViewArrays& v = views_[layer];
+  v.indptr.assign(1, 0);
+  v.indices.clear();
+  v.last_page_len.clear();
+  for (int32_t b = 0; b < batch; ++b) {
+    const Sequence& s = sequence(seq_ids[b]);
+    const auto& pages = s.pages[layer];
+    v.indices.insert(v.indices.end(), pages.begin(), pages.end());
+    v.indptr.push_back(int32_t(v.indices.size()));
+    v.last_page_len.push_back(pages.empty() ? 0 : s.last_len[layer]);
+  }
+  *out = sieve_paged_kv{};
+  out->hdr = {uint32_t(sizeof(sieve_paged_kv)), SIEVE_ABI_MINOR};
+  out->batch = batch;
+  out->page_size = config_.geometry.page_size;
+  publish_view(layer, v, out);
+}
+
+int32_t PagedStoreBase::register_sidecar(const sieve_sidecar_desc& d) {
+  require(d.hdr.struct_size >= sizeof(sieve_sidecar_desc), SIEVE_ERR_VERSION,
+          "register_sidecar: descriptor struct older than v1.0");
+  require(d.name && *d.name, SIEVE_ERR_INVALID_ARGUMENT, "register_sidecar: empty name");
+  require(d.elems_per_head > 0, SIEVE_ERR_INVALID_ARGUMENT,
+          std::string("register_sidecar '") + d.name + "': elems_per_head must be > 0");
+  require(d.dtype.bits % 8 == 0 && d.dtype.bits > 0 && d.dtype.lanes == 1,
+          SIEVE_ERR_INVALID_ARGUMENT, std::string("register_sidecar '") + d.name + "': bad dtype");
+  for (const auto& s : sidecars_)
+    require(s.name != d.name, SIEVE_ERR_INVALID_ARGUMENT,
+            std::string("register_sidecar: '") + d.name + "' is already registered");
+  Sidecar s{d.name, d.dtype, d.elems_per_head,
+            size_t(config_.geometry.n_kv_heads) * d.elems_per_head * dtype_bytes(d.dtype)};
+  sidecars_.push_back(s);
+  int32_t slot = int32_t(sidecars_.size() - 1);
+  try {
+    allocate_sidecar(slot);
+  } catch (...) {
+    sidecars_.pop_back();
+    throw;
+  }
+  return slot;
+}
+
+void PagedStoreBase::sidecar(int32_t layer, int32_t slot, DLTensor* out) {
+  check_layer(layer);
+  require(slot >= 0 && slot < int32_t(sidecars_.size()), SIEVE_ERR_NOT_FOUND,
+          "unknown sidecar slot " + std::to_string(slot));
+  sidecar_tensor(layer, slot, out);
+}
+
+uint64_t PagedStoreBase::evict(int32_t layer, int32_t seq, const int32_t* logical, int32_t n) {
+  check_layer(layer);
+  Sequence& s = sequence(seq);
+  auto& pages = s.pages[layer];
+  const int32_t np = int32_t(pages.size());
+  require(n >= 0 && (n == 0 || logical), SIEVE_ERR_INVALID_ARGUMENT, "evict: null page list");
+  std::vector<char> mark(size_t(np), 0);
+  for (int32_t i = 0; i < n; ++i) {
+    int32_t p = logical[i];
+    require(p >= 0 && p < np, SIEVE_ERR_INVALID_ARGUMENT,
+            "evict: page " + std::to_string(p) + " out of range (sequence " + std::to_string(seq) +
+                " has " + std::to_string(np) + " pages in layer " + std::to_string(layer) + ")");
+    require(p != np - 1, SIEVE_ERR_INVALID_ARGUMENT,
+            "evict: page " + std::to_string(p) + " is the sequence's last page (appends continue there)");
+    require(!mark[p], SIEVE_ERR_INVALID_ARGUMENT, "evict: page " + std::to_string(p) + " listed twice");
+    mark[p] = 1;
+  }
+  std::vector<int32_t> freed, kept;
+  kept.reserve(pages.size());
+  for (int32_t i = 0; i < np; ++i) (mark[i] ? freed : kept).push_back(pages[i]);
+  release_pages(layer, freed);
+  for (int32_t p : freed) free_pages_[layer].push_back(p);
+  pages_in_use_[layer] -= int64_t(freed.size());
+  pages = std::move(kept);
+  s.resident[layer] -= int32_t(freed.size()) * config_.geometry.page_size;  // never the last page
+  size_t side = 0;
+  for (const auto& sc : sidecars_) side += sc.bytes_per_page;
+  return uint64_t(freed.size()) * (kv_page_bytes() + side);
+}
+
+uint64_t PagedStoreBase::bytes_in_use() const {
+  size_t side = 0;
+  for (const auto& sc : sidecars_) side += sc.bytes_per_page;
+  uint64_t pages = 0;
+  for (int64_t p : pages_in_use_) pages += uint64_t(p);
+  return pages * (kv_page_bytes() + side);
+}
+
+}  // namespace sieve::kv

@@ -1,0 +1,170 @@
+// Paged KV store in host memory.
+//
+// Each layer's K, V (and pre-RoPE K) pool is one reserved mapping of pages_per_layer pages
+// (MAP_NORESERVE): the kernel commits memory only when a page is first written, so a large pool
+// costs nothing until used, and eviction really returns memory (madvise(MADV_DONTNEED) on every
+// OS page that the freed KV pages cover completely; the pages read as zero afterwards).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <memory>
+
+#include "sieve/kv/paged_store.hpp"
+#include "sieve/kv/paged_store_api.hpp"
+#include "sieve/util/error.hpp"
+#include "sieve/util/tensor.hpp"
+
+namespace sieve::kv {
+namespace {
+
+class Mapping {
+ public:
+  Mapping() = default;
+  explicit Mapping(size_t bytes) : bytes_(bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    require(p != MAP_FAILED, SIEVE_ERR_OUT_OF_MEMORY,
+            "KV store: cannot reserve " + std::to_string(bytes) + " bytes of address space");
+    data_ = static_cast<char*>(p);
+  }
+  ~Mapping() {
+    if (data_) munmap(data_, bytes_);
+  }
+  Mapping(Mapping&& o) noexcept : data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
+  Mapping& operator=(Mapping&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  char* data() const { return data_; }
+  // Give back the OS pages lying entirely inside [offset, offset + len).
+  void release(size_t offset, size_t len) {
+    static const size_t os_page = size_t(sysconf(_SC_PAGESIZE));
+    size_t lo = (offset + os_page - 1) / os_page * os_page;
+    size_t hi = (offset + len) / os_page * os_page;
+    if (hi > lo) madvise(data_ + lo, hi - lo, MADV_DONTNEED);
+  }
+
+ private:
+  char* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class PagedCpuStore final : public PagedStoreBase {
+ public:
+  PagedCpuStore(const sieve_host_services* services, const sieve_kv_config& config)
+      : PagedStoreBase(services, config) {
+    require(config.geometry.device.device_type == kDLCPU, SIEVE_ERR_INVALID_ARGUMENT,
+            "paged-cpu store: geometry.device must be cpu, got " + device_name(config.geometry.device));
+    allocate_pools();
+  }
+
+ protected:
+  struct Layer {
+    Mapping k, v, k_pre;
+    std::array<int64_t, 4> page_shape{};
+    std::array<int64_t, 1> indptr_shape{}, indices_shape{}, last_shape{};
+    std::vector<std::vector<unsigned char>> sidecars;  // per slot
+    std::vector<std::array<int64_t, 3>> sidecar_shapes;
+  };
+
+  void allocate_pools() override {
+    const auto& g = geometry();
+    const size_t pool = size_t(config().pages_per_layer) * page_elems() * elem_bytes();
+    layers_.resize(size_t(g.n_layers));
+    for (auto& l : layers_) {
+      l.k = Mapping(pool);
+      l.v = Mapping(pool);
+      if (config().keep_pre_rope_k) l.k_pre = Mapping(pool);
+      l.page_shape = {config().pages_per_layer, g.n_kv_heads, g.page_size, g.head_dim};
+    }
+  }
+
+  void write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a) override {
+    const auto& g = geometry();
+    Layer& l = layers_[size_t(layer)];
+    const DLDataType st = g.kv_dtype;
+    auto copy = [&](const DLTensor* src, const Mapping& dst) {
+      const char* base = data_ptr<const char>(*src);
+      const int64_t s0 = stride(*src, 0), s1 = stride(*src, 1);
+      for (const TokenSlot& ts : slots) {
+        for (int32_t h = 0; h < g.n_kv_heads; ++h) {
+          int64_t src_off = ts.src * s0 + h * s1;
+          int64_t dst_off = ((int64_t(ts.page) * g.n_kv_heads + h) * g.page_size + ts.offset) * g.head_dim;
+          if (same_dtype(src->dtype, st)) {
+            std::memcpy(dst.data() + dst_off * elem_bytes(), base + src_off * dtype_bytes(st),
+                        size_t(g.head_dim) * elem_bytes());
+          } else {
+            for (int32_t d = 0; d < g.head_dim; ++d)
+              store_float(dst.data(), st, dst_off + d, load_float(base, src->dtype, src_off + d));
+          }
+        }
+      }
+    };
+    copy(a.k, l.k);
+    copy(a.v, l.v);
+    if (config().keep_pre_rope_k) copy(a.k_pre_rope, l.k_pre);
+  }
+
+  void allocate_sidecar(int32_t slot) override {
+    const Sidecar& s = sidecars_[size_t(slot)];
+    for (auto& l : layers_) {
+      l.sidecars.emplace_back(size_t(config().pages_per_layer) * s.bytes_per_page, 0);
+      l.sidecar_shapes.push_back({config().pages_per_layer, geometry().n_kv_heads, s.elems_per_head});
+    }
+  }
+
+  void clear_sidecar_page(int32_t layer, int32_t slot, int32_t page) override {
+    const Sidecar& s = sidecars_[size_t(slot)];
+    auto& buf = layers_[size_t(layer)].sidecars[size_t(slot)];
+    std::memset(buf.data() + size_t(page) * s.bytes_per_page, 0, s.bytes_per_page);
+  }
+
+  void release_pages(int32_t layer, const std::vector<int32_t>& pages) override {
+    Layer& l = layers_[size_t(layer)];
+    const size_t bytes = page_elems() * elem_bytes();
+    for (int32_t p : pages) {
+      l.k.release(size_t(p) * bytes, bytes);
+      l.v.release(size_t(p) * bytes, bytes);
+      if (config().keep_pre_rope_k) l.k_pre.release(size_t(p) * bytes, bytes);
+    }
+  }
+
+  void publish_view(int32_t layer, const ViewArrays& v, sieve_paged_kv* out) override {
+    Layer& l = layers_[size_t(layer)];
+    const DLDataType dt = geometry().kv_dtype;
+    out->k_pages = make_view(l.k.data(), kCpu, dt, 4, l.page_shape.data());
+    out->v_pages = make_view(l.v.data(), kCpu, dt, 4, l.page_shape.data());
+    out->k_pre_rope_pages = make_view(config().keep_pre_rope_k ? l.k_pre.data() : nullptr, kCpu, dt, 4,
+                                      l.page_shape.data());
+    l.indptr_shape[0] = int64_t(v.indptr.size());
+    l.indices_shape[0] = int64_t(v.indices.size());
+    l.last_shape[0] = int64_t(v.last_page_len.size());
+    // Index tensors borrow the bookkeeping's arrays; an empty list still needs a valid pointer.
+    static int32_t empty = 0;
+    auto ptr = [](const std::vector<int32_t>& a) { return a.empty() ? &empty : const_cast<int32_t*>(a.data()); };
+    out->indptr = make_view(ptr(v.indptr), kCpu, kI32, 1, l.indptr_shape.data());
+    out->indices = make_view(ptr(v.indices), kCpu, kI32, 1, l.indices_shape.data());
+    out->last_page_len = make_view(ptr(v.last_page_len), kCpu, kI32, 1, l.last_shape.data());
+    out->indptr_host = v.indptr.data();
+    out->last_page_len_host = v.last_page_len.data();
+  }
+
+  void sidecar_tensor(int32_t layer, int32_t slot, DLTensor* out) override {
+    Layer& l = layers_[size_t(layer)];
+    *out = make_view(l.sidecars[size_t(slot)].data(), kCpu, sidecars_[size_t(slot)].dtype, 3,
+                     l.sidecar_shapes[size_t(slot)].data());
+  }
+
+  DLDevice device() const override { return kCpu; }
+
+ private:
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+const sieve_kv_store_api* paged_cpu_store_api() { return make_store_api<PagedCpuStore>("paged-cpu"); }
+
+}  // namespace sieve::kv
