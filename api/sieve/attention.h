@@ -33,7 +33,9 @@ typedef enum sieve_selection_kind {
  *    n_q_heads by `heads`. Decode has n_b = 1, so its rows are simply b * H + h.
  *  - indices within a row are strictly increasing; each is < the sequence's key-block count.
  *  - causality still applies inside a selected block; an empty row attends nothing (output 0).
- * indptr/indices live on the attention device; the host owns them (capacity entries). */
+ * indptr/indices live on the attention device; the host owns them: indptr holds at least
+ * n_q_tokens * n_q_heads + 1 entries (enough for any heads/q_block), indices `capacity` entries.
+ * A policy whose lists do not fit returns SIEVE_ERR_CAPACITY (and should use larger blocks). */
 typedef struct sieve_selection {
   sieve_header hdr;
   uint32_t kind;          /* sieve_selection_kind */

@@ -17,6 +17,8 @@ typedef struct sieve_kernels {
   sieve_header hdr;
   /* Paged attention on the tensors' device (see sieve_attention_args). */
   sieve_status (*attend)(void* host_ctx, const sieve_attention_args* args);
+  /* The message of the calling thread's last failed kernel call ("" if none). */
+  const char* (*last_error)(void* host_ctx);
 } sieve_kernels;
 
 typedef struct sieve_host_services {
@@ -38,6 +40,11 @@ typedef struct sieve_host_services {
   uint64_t (*now_ns)(void* host_ctx);
 
   const sieve_kernels* kernels;
+
+  /* Report a measurement the host aggregates and prints (e.g. "kv_reduction", "density",
+   * "selected_pages"): one value for (layer, head); head = -1 for the whole layer. Cheap and
+   * allocation-free after the first report of a name; callable from hooks. */
+  void (*metric)(void* host_ctx, const char* name, int32_t layer, int32_t head, double value);
 } sieve_host_services;
 
 #ifdef __cplusplus

@@ -1,0 +1,126 @@
+// Runs attention for one layer through that layer's chain, in the fixed hook order of
+// api/sieve/policy.h: append K/V to the store, on_append, select (in chain order), attend (the
+// chain's override or the core kernel), observe, correct; end_step once per instance per step.
+//
+// It owns the policy instances it creates (destroyed before the plugins' libraries can go, since
+// each instance spec holds its LoadedPlugin) and the selection / statistics buffers, which it
+// sizes at setup and grows only when a call is larger than every call before it: policies never
+// allocate on the hot path.
+//
+// With `check` on (the default for `sieve attn` and `sieve conform`; benchmarks turn it off), a
+// misbehaving plugin is caught and named: a bad status, a selection with an out-of-range or
+// unordered key block, NaN or Inf in the output. Every error is one line naming the plugin, its
+// instance, the layer and the hook.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sieve/policy.h"
+#include "sieve/runtime/host_services.hpp"
+#include "sieve/runtime/loader.hpp"
+#include "sieve/runtime/params.hpp"
+
+namespace sieve::runtime {
+
+// One policy instance to create: which plugin, which validated parameters, and a label used in
+// every message ("streaming@w" or "streaming#1").
+struct PolicyInstanceSpec {
+  std::string label;
+  LoadedPlugin plugin;
+  ParamValues values;
+};
+
+// chains[layer][phase_slot(phase)] lists instance indices in chain order; an empty list means
+// dense attention by the core kernel.
+using LayerChains = std::vector<std::array<std::vector<int32_t>, 2>>;
+inline int phase_slot(uint32_t phase) { return phase == SIEVE_PHASE_PREFILL ? 0 : 1; }
+
+// The new tokens of one layer for a batch of sequences, all on the attention device except the
+// *_host arrays.
+struct LayerInputs {
+  int32_t layer = 0;
+  uint32_t phase = SIEVE_PHASE_DECODE;
+  uint64_t step = 0;
+  int32_t batch = 0;
+  const int32_t* seq_ids = nullptr;         // host [batch]
+  const int32_t* qo_indptr_host = nullptr;  // host [batch + 1]: new tokens per sequence
+  const DLTensor* qo_indptr = nullptr;      // the same on the attention device
+  const int32_t* positions_host = nullptr;  // host [n_new]: absolute positions
+  const DLTensor* q = nullptr;              // [n_new, n_q_heads, head_dim], post-RoPE
+  const DLTensor* q_pre_rope = nullptr;     // optional
+  const DLTensor* k = nullptr;              // [n_new, n_kv_heads, head_dim], post-RoPE
+  const DLTensor* v = nullptr;
+  const DLTensor* k_pre_rope = nullptr;     // optional (stores that keep pre-RoPE K need it)
+};
+
+// A host copy of the selection a layer's attention used (for fidelity measurement).
+struct SelectionSnapshot {
+  uint32_t kind = SIEVE_SEL_ALL;
+  uint32_t heads = SIEVE_SEL_PER_SEQUENCE;
+  int32_t q_block = 1;
+  int32_t k_block_pages = 1;
+  int32_t n_rows = 0;
+  std::vector<int32_t> indptr, indices;
+};
+
+class LayerRunner {
+ public:
+  struct Options {
+    bool check = true;             // validate selections and outputs (see above)
+    bool record_selections = false;  // keep a SelectionSnapshot per layer
+  };
+
+  // Creates every instance (policy create); throws sieve::Error with one line naming the
+  // instance and the plugin's reason when one cannot be created.
+  LayerRunner(HostServices& services, const sieve_geometry& geometry, sieve_kv_store* kv,
+              const sieve_kv_store_api* kv_api, std::vector<PolicyInstanceSpec> instances,
+              LayerChains chains, Options options);
+  ~LayerRunner();
+  LayerRunner(const LayerRunner&) = delete;
+  LayerRunner& operator=(const LayerRunner&) = delete;
+
+  // Append the layer's new K/V and compute its attention into `out` ([n_new, n_q_heads,
+  // head_dim] on the attention device). On failure: the status and one line in *error.
+  sieve_status run_layer(const LayerInputs& in, DLTensor* out, std::string* error);
+
+  // The step is over for these sequences: each instance that served a layer gets end_step once.
+  sieve_status end_step(uint32_t phase, uint64_t step, const int32_t* seq_ids, int32_t batch,
+                        std::string* error);
+
+  const SelectionSnapshot& selection_used(int32_t layer) const { return snapshots_.at(size_t(layer)); }
+  size_t instance_count() const { return handles_.size(); }
+  const std::string& instance_label(size_t i) const { return specs_[i].label; }
+
+ private:
+  struct Buffer {  // device (or host) memory from the services table
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  void ensure(Buffer& b, size_t bytes);
+  void release(Buffer& b);
+  std::string where(int32_t instance, int32_t layer, const char* hook) const;
+  sieve_status plugin_failed(int32_t instance, int32_t layer, const char* hook, sieve_status st,
+                             std::string* error) const;
+  std::string check_selection(const sieve_attention_args& args);
+  std::string check_output(const DLTensor& out, const int32_t* rows, int64_t n_rows);
+
+  HostServices& services_;
+  sieve_geometry geometry_;
+  sieve_kv_store* kv_;
+  const sieve_kv_store_api* kv_api_;
+  std::vector<PolicyInstanceSpec> specs_;
+  std::vector<sieve_policy*> handles_;
+  LayerChains chains_;
+  Options options_;
+
+  Buffer sel_indptr_, sel_indices_, lse_, page_mass_;
+  std::vector<std::vector<int32_t>> served_;  // per instance: layers since the last end_step
+  std::vector<SelectionSnapshot> snapshots_;
+  std::vector<int32_t> kv_len_;
+  std::vector<unsigned char> host_scratch_;
+};
+
+}  // namespace sieve::runtime

@@ -1,0 +1,414 @@
+#include "sieve/runtime/layer_runner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "sieve/kernels/attention_args.hpp"
+#include "sieve/util/error.hpp"
+#include "sieve/util/tensor.hpp"
+
+namespace sieve::runtime {
+
+namespace {
+const char* status_text(sieve_status s) { return status_name(s); }
+
+void sink_to_string(void* ctx, const char* m) {
+  auto* s = static_cast<std::string*>(ctx);
+  if (!s->empty()) *s += "; ";
+  *s += m ? m : "";
+}
+
+DLTensor tensor_1d(void* data, DLDevice dev, DLDataType dt, int64_t* shape) {
+  return make_view(data, dev, dt, 1, shape);
+}
+}  // namespace
+
+LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry, sieve_kv_store* kv,
+                         const sieve_kv_store_api* kv_api, std::vector<PolicyInstanceSpec> instances,
+                         LayerChains chains, Options options)
+    : services_(services),
+      geometry_(geometry),
+      kv_(kv),
+      kv_api_(kv_api),
+      specs_(std::move(instances)),
+      chains_(std::move(chains)),
+      options_(options) {
+  require(int32_t(chains_.size()) == geometry_.n_layers, SIEVE_ERR_INVALID_ARGUMENT,
+          "chains cover " + std::to_string(chains_.size()) + " layers, the model has " +
+              std::to_string(geometry_.n_layers));
+  for (const auto& layer : chains_)
+    for (const auto& chain : layer)
+      for (int32_t i : chain)
+        require(i >= 0 && i < int32_t(specs_.size()), SIEVE_ERR_INVALID_ARGUMENT,
+                "chain refers to instance " + std::to_string(i) + " of " + std::to_string(specs_.size()));
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const sieve_policy_api* api = specs_[i].plugin.policy();
+    require(api && api->create, SIEVE_ERR_INVALID_ARGUMENT,
+            "instance " + specs_[i].label + ": plugin '" + specs_[i].plugin.name() + "' has no policy");
+    std::string reason;
+    sieve_policy* p = nullptr;
+    sieve_status st = api->create(services_.table(), &geometry_, specs_[i].values.data(),
+                                  specs_[i].values.size(), kv_, kv_api_, &p,
+                                  sieve_reason_sink{&reason, sink_to_string});
+    if (st != SIEVE_OK || !p) {
+      for (size_t j = 0; j < handles_.size(); ++j) specs_[j].plugin.policy()->destroy(handles_[j]);
+      handles_.clear();
+      fail(st != SIEVE_OK ? st : SIEVE_ERR_INTERNAL,
+           "plugin '" + std::string(specs_[i].plugin.name()) + "' (instance " + specs_[i].label +
+               "), hook create: " + status_text(st) + (reason.empty() ? "" : ": " + reason));
+    }
+    handles_.push_back(p);
+  }
+  served_.assign(specs_.size(), {});
+  snapshots_.assign(size_t(geometry_.n_layers), {});
+}
+
+LayerRunner::~LayerRunner() {
+  std::string ignored;
+  services_.synchronize(&ignored);  // no instance goes while device work may still use it
+  for (size_t i = 0; i < handles_.size(); ++i)
+    if (handles_[i]) specs_[i].plugin.policy()->destroy(handles_[i]);
+  release(sel_indptr_);
+  release(sel_indices_);
+  release(lse_);
+  release(page_mass_);
+}
+
+void LayerRunner::ensure(Buffer& b, size_t bytes) {
+  if (b.bytes >= bytes) return;
+  release(b);
+  size_t grown = std::max(bytes, b.bytes * 2);
+  const sieve_host_services* s = services_.table();
+  b.ptr = s->alloc(s->host_ctx, geometry_.device, grown, 256);
+  require(b.ptr != nullptr, SIEVE_ERR_OUT_OF_MEMORY,
+          "runtime: cannot allocate " + std::to_string(grown) + " bytes on " + device_name(geometry_.device));
+  b.bytes = grown;
+}
+
+void LayerRunner::release(Buffer& b) {
+  if (b.ptr) services_.table()->free(services_.table()->host_ctx, geometry_.device, b.ptr);
+  b = Buffer{};
+}
+
+std::string LayerRunner::where(int32_t instance, int32_t layer, const char* hook) const {
+  return "plugin '" + std::string(specs_[size_t(instance)].plugin.name()) + "' (instance " +
+         specs_[size_t(instance)].label + "), layer " + std::to_string(layer) + ", hook " + hook;
+}
+
+sieve_status LayerRunner::plugin_failed(int32_t instance, int32_t layer, const char* hook,
+                                        sieve_status st, std::string* error) const {
+  const sieve_policy_api* api = specs_[size_t(instance)].plugin.policy();
+  const char* msg = api->last_error ? api->last_error(handles_[size_t(instance)]) : nullptr;
+  if (error)
+    *error = where(instance, layer, hook) + ": " + status_text(st) + (msg && *msg ? std::string(": ") + msg : "");
+  return st;
+}
+
+// Copy device arrays to the host when needed and check the selection's contents.
+std::string LayerRunner::check_selection(const sieve_attention_args& args) {
+  const sieve_selection* sel = args.selection;
+  if (!sel || sel->kind == SIEVE_SEL_ALL) return {};
+  std::string e = kernels::check_attention_args(args);
+  if (!e.empty()) return e;
+  const int64_t n_indptr = int64_t(sel->n_rows) + 1;
+  std::vector<int32_t> indptr(size_t(n_indptr));
+  std::string err;
+  if (!services_.copy(indptr.data(), kCpu, data_ptr<void>(sel->indptr), sel->indptr.device,
+                      size_t(n_indptr) * 4, &err))
+    return err;
+  int64_t nnz = std::clamp<int64_t>(indptr.back(), 0, sel->capacity);
+  std::vector<int32_t> indices(size_t(std::max<int64_t>(nnz, 1)));
+  if (nnz > 0 && !services_.copy(indices.data(), kCpu, data_ptr<void>(sel->indices),
+                                 sel->indices.device, size_t(nnz) * 4, &err))
+    return err;
+  return kernels::check_selection_contents(args, indptr.data(), indices.data());
+}
+
+std::string LayerRunner::check_output(const DLTensor& out, const int32_t* rows, int64_t n_rows) {
+  const int64_t row_elems = int64_t(geometry_.n_q_heads) * geometry_.head_dim;
+  const size_t bytes = size_t(numel(out)) * dtype_bytes(out.dtype);
+  const void* host = data_ptr<void>(out);
+  if (out.device.device_type != kDLCPU) {
+    host_scratch_.resize(bytes);
+    std::string err;
+    if (!services_.copy(host_scratch_.data(), kCpu, host, out.device, bytes, &err)) return err;
+    host = host_scratch_.data();
+  }
+  const int64_t total_rows = out.shape[0];
+  for (int64_t r = 0; r < (rows ? n_rows : total_rows); ++r) {
+    int64_t row = rows ? rows[r] : r;
+    for (int64_t j = 0; j < row_elems; ++j) {
+      float v = load_float(host, out.dtype, row * row_elems + j);
+      if (!std::isfinite(v))
+        return "output is " + std::string(std::isnan(v) ? "NaN" : "Inf") + " at query token " +
+               std::to_string(row) + ", head " + std::to_string(j / geometry_.head_dim);
+    }
+  }
+  return {};
+}
+
+sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::string* error) {
+  auto failed = [&](sieve_status st, const std::string& msg) {
+    if (error) *error = msg;
+    return st;
+  };
+  try {
+    if (in.layer < 0 || in.layer >= geometry_.n_layers)
+      return failed(SIEVE_ERR_INVALID_ARGUMENT, "layer " + std::to_string(in.layer) +
+                                                    " does not exist (the model has " +
+                                                    std::to_string(geometry_.n_layers) + " layers)");
+    if (!out || !in.q || !in.qo_indptr_host || !in.qo_indptr || (in.batch > 0 && !in.seq_ids))
+      return failed(SIEVE_ERR_INVALID_ARGUMENT, "run_layer: missing q, out, seq_ids or qo_indptr");
+    const int32_t L = in.layer;
+    const int32_t n_new = in.qo_indptr_host[in.batch];
+
+    // 1. The new tokens enter the store.
+    sieve_kv_append app{};
+    app.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
+    app.layer = L;
+    app.batch = in.batch;
+    app.seq_ids = in.seq_ids;
+    app.token_indptr = in.qo_indptr_host;
+    app.k = in.k;
+    app.v = in.v;
+    app.k_pre_rope = in.k_pre_rope;
+    if (n_new > 0) {
+      sieve_status st = kv_api_->append(kv_, &app);
+      if (st != SIEVE_OK)
+        return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) +
+                              ", append: " + status_text(st) + ": " + kv_api_->last_error(kv_));
+    }
+    sieve_paged_kv view{};
+    sieve_status st = kv_api_->view(kv_, L, in.seq_ids, in.batch, &view);
+    if (st != SIEVE_OK)
+      return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) +
+                            ", view: " + status_text(st) + ": " + kv_api_->last_error(kv_));
+    kv_len_.resize(size_t(in.batch));
+    for (int32_t b = 0; b < in.batch; ++b) kv_len_[size_t(b)] = kernels::kv_len(view, b);
+
+    sieve_layer_call call{};
+    call.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
+    call.layer = L;
+    call.phase = in.phase;
+    call.step = in.step;
+    call.batch = in.batch;
+    call.seq_ids = in.seq_ids;
+    call.qo_indptr = in.qo_indptr;
+    call.qo_indptr_host = in.qo_indptr_host;
+    call.kv_len_host = kv_len_.data();
+    call.q = in.q;
+    call.q_pre_rope = in.q_pre_rope;
+    call.positions_host = in.positions_host;
+    call.geometry = &geometry_;
+    call.kv = kv_;
+    call.kv_api = kv_api_;
+    call.kv_view = &view;
+
+    const auto& chain = chains_[size_t(L)][size_t(phase_slot(in.phase))];
+    for (int32_t i : chain) {
+      served_[size_t(i)].push_back(L);
+      const sieve_policy_api* api = specs_[size_t(i)].plugin.policy();
+      if (api->on_append) {
+        st = api->on_append(handles_[size_t(i)], &call, &app);
+        if (st != SIEVE_OK) return plugin_failed(i, L, "on_append", st, error);
+      }
+    }
+
+    // 2. Selection: the chain starts dense; each select may rewrite it within its capacity.
+    int32_t max_pages = 0;
+    for (int32_t b = 0; b < in.batch; ++b) max_pages = std::max(max_pages, kernels::kv_pages(view, b));
+    const int64_t rows_cap = int64_t(n_new) * geometry_.n_q_heads;
+    const int64_t capacity = std::max<int64_t>(rows_cap * max_pages, 1);
+    ensure(sel_indptr_, size_t(rows_cap + 1) * 4);
+    ensure(sel_indices_, size_t(capacity) * 4);
+    int64_t indptr_shape[1] = {rows_cap + 1}, indices_shape[1] = {capacity};
+    sieve_selection sel{};
+    sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
+    sel.kind = SIEVE_SEL_ALL;
+    sel.heads = SIEVE_SEL_PER_SEQUENCE;
+    sel.q_block = 1;
+    sel.k_block_pages = 1;
+    sel.indptr = tensor_1d(sel_indptr_.ptr, geometry_.device, kI32, indptr_shape);
+    sel.indices = tensor_1d(sel_indices_.ptr, geometry_.device, kI32, indices_shape);
+    sel.capacity = capacity;
+
+    sieve_attention_args args{};
+    args.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
+    args.phase = in.phase;
+    args.n_q_heads = geometry_.n_q_heads;
+    args.n_kv_heads = geometry_.n_kv_heads;
+    args.head_dim = geometry_.head_dim;
+    args.q = in.q;
+    args.out = out;
+    args.qo_indptr = in.qo_indptr;
+    args.qo_indptr_host = in.qo_indptr_host;
+    args.kv = &view;
+    args.selection = &sel;
+
+    uint32_t stats = SIEVE_STATS_NONE;
+    std::vector<int32_t> observers;
+    for (int32_t i : chain) {
+      const sieve_policy_api* api = specs_[size_t(i)].plugin.policy();
+      if (!api->select) continue;
+      uint32_t want = SIEVE_STATS_NONE;
+      st = api->select(handles_[size_t(i)], &call, &sel, &want);
+      if (st != SIEVE_OK) return plugin_failed(i, L, "select", st, error);
+      // The selection's tensors stay the host's: a policy writes into them, never replaces them.
+      sel.indptr = tensor_1d(sel_indptr_.ptr, geometry_.device, kI32, indptr_shape);
+      sel.indices = tensor_1d(sel_indices_.ptr, geometry_.device, kI32, indices_shape);
+      sel.capacity = capacity;
+      if (want != SIEVE_STATS_NONE) {
+        if (want > SIEVE_STATS_PAGE_MASS_ALL_HEADS)
+          return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "select") + ": unknown statistics request " +
+                                                        std::to_string(want));
+        if (stats != SIEVE_STATS_NONE && stats != want)
+          return failed(SIEVE_ERR_UNSUPPORTED, where(i, L, "select") +
+                                                   ": asks for different page statistics than an earlier policy of the chain");
+        stats = want;
+        observers.push_back(i);
+      }
+      if (options_.check) {
+        std::string e = check_selection(args);
+        if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "select") + ": " + e);
+      }
+    }
+
+    // 3. Attention: the chain's override, or the core kernel on the selection.
+    int32_t override_by = -1;
+    for (int32_t i : chain)
+      if (specs_[size_t(i)].plugin.policy()->attend) override_by = i;
+    if (override_by >= 0) {
+      if (stats != SIEVE_STATS_NONE)
+        return failed(SIEVE_ERR_UNSUPPORTED, where(override_by, L, "attend") +
+                                                 ": overrides the core kernel, so the page statistics another policy asked for cannot be produced");
+      st = specs_[size_t(override_by)].plugin.policy()->attend(handles_[size_t(override_by)], &call, &sel, out);
+      if (st != SIEVE_OK) return plugin_failed(override_by, L, "attend", st, error);
+      if (options_.check) {
+        std::string e = check_output(*out, nullptr, 0);
+        if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, where(override_by, L, "attend") + ": " + e);
+      }
+    } else {
+      int64_t mass_shape[2] = {0, 0}, lse_shape[2] = {n_new, geometry_.n_q_heads};
+      DLTensor mass{}, lse{};
+      sieve_attention_stats stat_out{};
+      if (stats != SIEVE_STATS_NONE) {
+        const int64_t H = stats == SIEVE_STATS_PAGE_MASS_PER_KV_HEAD ? geometry_.n_kv_heads : 1;
+        mass_shape[0] = view.indptr_host[in.batch];
+        mass_shape[1] = H;
+        ensure(page_mass_, size_t(std::max<int64_t>(mass_shape[0] * H, 1)) * 4);
+        ensure(lse_, size_t(std::max<int64_t>(int64_t(n_new) * geometry_.n_q_heads, 1)) * 4);
+        mass = make_view(page_mass_.ptr, geometry_.device, kF32, 2, mass_shape);
+        lse = make_view(lse_.ptr, geometry_.device, kF32, 2, lse_shape);
+        args.stats = stats;
+        args.page_mass = &mass;
+        args.lse = &lse;
+      }
+      const sieve_host_services* s = services_.table();
+      st = s->kernels->attend(s->host_ctx, &args);
+      if (st != SIEVE_OK)
+        return failed(st, "core attention kernel, layer " + std::to_string(L) + ": " + status_text(st) + ": " +
+                              s->kernels->last_error(s->host_ctx));
+      if (stats != SIEVE_STATS_NONE) {
+        stat_out.hdr = SIEVE_HEADER_INIT(sieve_attention_stats);
+        stat_out.request = stats;
+        stat_out.page_mass = mass;
+        stat_out.lse = lse;
+        for (int32_t i : observers) {
+          const sieve_policy_api* api = specs_[size_t(i)].plugin.policy();
+          if (!api->observe)
+            return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "observe") +
+                                                          ": asked for statistics but implements no observe hook");
+          st = api->observe(handles_[size_t(i)], &call, &stat_out);
+          if (st != SIEVE_OK) return plugin_failed(i, L, "observe", st, error);
+        }
+      }
+    }
+
+    // 4. Corrections, in chain order.
+    for (int32_t i : chain) {
+      const sieve_policy_api* api = specs_[size_t(i)].plugin.policy();
+      if (!api->correct) continue;
+      st = api->correct(handles_[size_t(i)], &call, &sel, out);
+      if (st != SIEVE_OK) return plugin_failed(i, L, "correct", st, error);
+      if (options_.check) {
+        std::string e = check_output(*out, nullptr, 0);
+        if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "correct") + ": " + e);
+      }
+    }
+    if (options_.check && override_by < 0 && chain.empty() == false) {
+      std::string e = check_output(*out, nullptr, 0);
+      if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, "layer " + std::to_string(L) + ": " + e);
+    }
+
+    if (options_.record_selections) {
+      SelectionSnapshot& snap = snapshots_[size_t(L)];
+      snap.kind = sel.kind;
+      snap.heads = sel.heads;
+      snap.q_block = sel.q_block;
+      snap.k_block_pages = sel.k_block_pages;
+      snap.n_rows = sel.kind == SIEVE_SEL_ALL ? 0 : sel.n_rows;
+      snap.indptr.clear();
+      snap.indices.clear();
+      if (sel.kind != SIEVE_SEL_ALL) {
+        std::string err;
+        snap.indptr.resize(size_t(sel.n_rows) + 1);
+        if (!services_.copy(snap.indptr.data(), kCpu, sel_indptr_.ptr, geometry_.device, snap.indptr.size() * 4, &err))
+          return failed(SIEVE_ERR_DEVICE, err);
+        snap.indices.resize(size_t(std::max(snap.indptr.back(), 0)));
+        if (!snap.indices.empty() &&
+            !services_.copy(snap.indices.data(), kCpu, sel_indices_.ptr, geometry_.device, snap.indices.size() * 4, &err))
+          return failed(SIEVE_ERR_DEVICE, err);
+      }
+    }
+    return SIEVE_OK;
+  } catch (const Error& e) {
+    return failed(e.status, e.what());
+  } catch (const std::exception& e) {
+    return failed(SIEVE_ERR_INTERNAL, std::string("runtime: ") + e.what());
+  }
+}
+
+sieve_status LayerRunner::end_step(uint32_t phase, uint64_t step, const int32_t* seq_ids, int32_t batch,
+                                   std::string* error) {
+  std::vector<int32_t> lens(size_t(batch), 0);
+  for (int32_t b = 0; b < batch; ++b) {
+    // The logical length of a sequence is its resident length in layer 0 plus nothing evicted
+    // there; policies that evict track their own positions.
+    kv_api_->seq_len(kv_, 0, seq_ids[b], &lens[size_t(b)]);
+  }
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    auto& layers = served_[i];
+    if (layers.empty()) continue;
+    std::sort(layers.begin(), layers.end());
+    layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+    const sieve_policy_api* api = specs_[i].plugin.policy();
+    if (api->end_step) {
+      sieve_step_end e{};
+      e.hdr = SIEVE_HEADER_INIT(sieve_step_end);
+      e.phase = phase;
+      e.step = step;
+      e.batch = batch;
+      e.seq_ids = seq_ids;
+      e.kv_len_host = lens.data();
+      e.layers = layers.data();
+      e.n_layers = int32_t(layers.size());
+      e.kv = kv_;
+      e.kv_api = kv_api_;
+      sieve_status st = api->end_step(handles_[i], &e);
+      if (st != SIEVE_OK) {
+        const char* msg = api->last_error ? api->last_error(handles_[i]) : nullptr;
+        if (error)
+          *error = "plugin '" + std::string(specs_[i].plugin.name()) + "' (instance " + specs_[i].label +
+                   "), step " + std::to_string(step) + ", hook end_step: " + status_name(st) +
+                   (msg && *msg ? std::string(": ") + msg : "");
+        layers.clear();
+        return st;
+      }
+    }
+    layers.clear();
+  }
+  return SIEVE_OK;
+}
+
+}  // namespace sieve::runtime
