@@ -25,42 +25,43 @@ DLTensor tensor_1d(void* data, DLDevice dev, DLDataType dt, int64_t* shape) {
 }  // namespace
 
 LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry, sieve_kv_store* kv,
-                         const sieve_kv_store_api* kv_api, std::vector<PolicyInstanceSpec> instances,
-                         LayerChains chains, Options options)
+                         const sieve_kv_store_api* kv_api, ResolvedChains chains, Options options)
     : services_(services),
       geometry_(geometry),
       kv_(kv),
       kv_api_(kv_api),
-      specs_(std::move(instances)),
       chains_(std::move(chains)),
       options_(options) {
-  require(int32_t(chains_.size()) == geometry_.n_layers, SIEVE_ERR_INVALID_ARGUMENT,
-          "chains cover " + std::to_string(chains_.size()) + " layers, the model has " +
-              std::to_string(geometry_.n_layers));
-  for (const auto& layer : chains_)
-    for (const auto& chain : layer)
-      for (int32_t i : chain)
-        require(i >= 0 && i < int32_t(specs_.size()), SIEVE_ERR_INVALID_ARGUMENT,
-                "chain refers to instance " + std::to_string(i) + " of " + std::to_string(specs_.size()));
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    const sieve_policy_api* api = specs_[i].plugin.policy();
+  for (auto& per_layer : chains_.chains) {
+    require(per_layer.empty() || int32_t(per_layer.size()) == geometry_.n_layers,
+            SIEVE_ERR_INVALID_ARGUMENT,
+            "chains cover " + std::to_string(per_layer.size()) + " layers, the model has " +
+                std::to_string(geometry_.n_layers));
+    per_layer.resize(size_t(geometry_.n_layers));
+    for (const auto& chain : per_layer)
+      for (size_t i : chain)
+        require(i < chains_.instances.size(), SIEVE_ERR_INVALID_ARGUMENT,
+                "chain refers to instance " + std::to_string(i) + " of " + std::to_string(chains_.instances.size()));
+  }
+  for (size_t i = 0; i < chains_.instances.size(); ++i) {
+    const sieve_policy_api* api = chains_.instances[i].plugin.policy();
     require(api && api->create, SIEVE_ERR_INVALID_ARGUMENT,
-            "instance " + specs_[i].label + ": plugin '" + specs_[i].plugin.name() + "' has no policy");
+            "instance " + chains_.instances[i].label + ": plugin '" + chains_.instances[i].plugin.name() + "' has no policy");
     std::string reason;
     sieve_policy* p = nullptr;
-    sieve_status st = api->create(services_.table(), &geometry_, specs_[i].values.data(),
-                                  specs_[i].values.size(), kv_, kv_api_, &p,
+    sieve_status st = api->create(services_.table(), &geometry_, chains_.instances[i].values.data(),
+                                  chains_.instances[i].values.size(), kv_, kv_api_, &p,
                                   sieve_reason_sink{&reason, sink_to_string});
     if (st != SIEVE_OK || !p) {
-      for (size_t j = 0; j < handles_.size(); ++j) specs_[j].plugin.policy()->destroy(handles_[j]);
+      for (size_t j = 0; j < handles_.size(); ++j) chains_.instances[j].plugin.policy()->destroy(handles_[j]);
       handles_.clear();
       fail(st != SIEVE_OK ? st : SIEVE_ERR_INTERNAL,
-           "plugin '" + std::string(specs_[i].plugin.name()) + "' (instance " + specs_[i].label +
+           "plugin '" + std::string(chains_.instances[i].plugin.name()) + "' (instance " + chains_.instances[i].label +
                "), hook create: " + status_text(st) + (reason.empty() ? "" : ": " + reason));
     }
     handles_.push_back(p);
   }
-  served_.assign(specs_.size(), {});
+  served_.assign(chains_.instances.size(), {});
   snapshots_.assign(size_t(geometry_.n_layers), {});
 }
 
@@ -68,7 +69,7 @@ LayerRunner::~LayerRunner() {
   std::string ignored;
   services_.synchronize(&ignored);  // no instance goes while device work may still use it
   for (size_t i = 0; i < handles_.size(); ++i)
-    if (handles_[i]) specs_[i].plugin.policy()->destroy(handles_[i]);
+    if (handles_[i]) chains_.instances[i].plugin.policy()->destroy(handles_[i]);
   release(sel_indptr_);
   release(sel_indices_);
   release(lse_);
@@ -92,13 +93,13 @@ void LayerRunner::release(Buffer& b) {
 }
 
 std::string LayerRunner::where(int32_t instance, int32_t layer, const char* hook) const {
-  return "plugin '" + std::string(specs_[size_t(instance)].plugin.name()) + "' (instance " +
-         specs_[size_t(instance)].label + "), layer " + std::to_string(layer) + ", hook " + hook;
+  return "plugin '" + std::string(chains_.instances[size_t(instance)].plugin.name()) + "' (instance " +
+         chains_.instances[size_t(instance)].label + "), layer " + std::to_string(layer) + ", hook " + hook;
 }
 
 sieve_status LayerRunner::plugin_failed(int32_t instance, int32_t layer, const char* hook,
                                         sieve_status st, std::string* error) const {
-  const sieve_policy_api* api = specs_[size_t(instance)].plugin.policy();
+  const sieve_policy_api* api = chains_.instances[size_t(instance)].plugin.policy();
   const char* msg = api->last_error ? api->last_error(handles_[size_t(instance)]) : nullptr;
   if (error)
     *error = where(instance, layer, hook) + ": " + status_text(st) + (msg && *msg ? std::string(": ") + msg : "");
@@ -205,10 +206,11 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     call.kv_api = kv_api_;
     call.kv_view = &view;
 
-    const auto& chain = chains_[size_t(L)][size_t(phase_slot(in.phase))];
-    for (int32_t i : chain) {
+    const auto& chain = chains_.chain(L, in.phase);
+    for (size_t ci : chain) {
+      const int32_t i = int32_t(ci);
       served_[size_t(i)].push_back(L);
-      const sieve_policy_api* api = specs_[size_t(i)].plugin.policy();
+      const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
       if (api->on_append) {
         st = api->on_append(handles_[size_t(i)], &call, &app);
         if (st != SIEVE_OK) return plugin_failed(i, L, "on_append", st, error);
@@ -248,8 +250,9 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
 
     uint32_t stats = SIEVE_STATS_NONE;
     std::vector<int32_t> observers;
-    for (int32_t i : chain) {
-      const sieve_policy_api* api = specs_[size_t(i)].plugin.policy();
+    for (size_t ci : chain) {
+      const int32_t i = int32_t(ci);
+      const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
       if (!api->select) continue;
       uint32_t want = SIEVE_STATS_NONE;
       st = api->select(handles_[size_t(i)], &call, &sel, &want);
@@ -276,13 +279,13 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
 
     // 3. Attention: the chain's override, or the core kernel on the selection.
     int32_t override_by = -1;
-    for (int32_t i : chain)
-      if (specs_[size_t(i)].plugin.policy()->attend) override_by = i;
+    for (size_t ci : chain)
+      if (chains_.instances[ci].plugin.policy()->attend) override_by = int32_t(ci);
     if (override_by >= 0) {
       if (stats != SIEVE_STATS_NONE)
         return failed(SIEVE_ERR_UNSUPPORTED, where(override_by, L, "attend") +
                                                  ": overrides the core kernel, so the page statistics another policy asked for cannot be produced");
-      st = specs_[size_t(override_by)].plugin.policy()->attend(handles_[size_t(override_by)], &call, &sel, out);
+      st = chains_.instances[size_t(override_by)].plugin.policy()->attend(handles_[size_t(override_by)], &call, &sel, out);
       if (st != SIEVE_OK) return plugin_failed(override_by, L, "attend", st, error);
       if (options_.check) {
         std::string e = check_output(*out, nullptr, 0);
@@ -315,7 +318,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
         stat_out.page_mass = mass;
         stat_out.lse = lse;
         for (int32_t i : observers) {
-          const sieve_policy_api* api = specs_[size_t(i)].plugin.policy();
+          const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
           if (!api->observe)
             return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "observe") +
                                                           ": asked for statistics but implements no observe hook");
@@ -326,8 +329,9 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     }
 
     // 4. Corrections, in chain order.
-    for (int32_t i : chain) {
-      const sieve_policy_api* api = specs_[size_t(i)].plugin.policy();
+    for (size_t ci : chain) {
+      const int32_t i = int32_t(ci);
+      const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
       if (!api->correct) continue;
       st = api->correct(handles_[size_t(i)], &call, &sel, out);
       if (st != SIEVE_OK) return plugin_failed(i, L, "correct", st, error);
@@ -377,12 +381,12 @@ sieve_status LayerRunner::end_step(uint32_t phase, uint64_t step, const int32_t*
     // there; policies that evict track their own positions.
     kv_api_->seq_len(kv_, 0, seq_ids[b], &lens[size_t(b)]);
   }
-  for (size_t i = 0; i < specs_.size(); ++i) {
+  for (size_t i = 0; i < chains_.instances.size(); ++i) {
     auto& layers = served_[i];
     if (layers.empty()) continue;
     std::sort(layers.begin(), layers.end());
     layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
-    const sieve_policy_api* api = specs_[i].plugin.policy();
+    const sieve_policy_api* api = chains_.instances[i].plugin.policy();
     if (api->end_step) {
       sieve_step_end e{};
       e.hdr = SIEVE_HEADER_INIT(sieve_step_end);
@@ -399,7 +403,7 @@ sieve_status LayerRunner::end_step(uint32_t phase, uint64_t step, const int32_t*
       if (st != SIEVE_OK) {
         const char* msg = api->last_error ? api->last_error(handles_[i]) : nullptr;
         if (error)
-          *error = "plugin '" + std::string(specs_[i].plugin.name()) + "' (instance " + specs_[i].label +
+          *error = "plugin '" + std::string(chains_.instances[i].plugin.name()) + "' (instance " + chains_.instances[i].label +
                    "), step " + std::to_string(step) + ", hook end_step: " + status_name(st) +
                    (msg && *msg ? std::string(": ") + msg : "");
         layers.clear();

@@ -19,24 +19,10 @@
 #include <vector>
 
 #include "sieve/policy.h"
+#include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/host_services.hpp"
-#include "sieve/runtime/loader.hpp"
-#include "sieve/runtime/params.hpp"
 
 namespace sieve::runtime {
-
-// One policy instance to create: which plugin, which validated parameters, and a label used in
-// every message ("streaming@w" or "streaming#1").
-struct PolicyInstanceSpec {
-  std::string label;
-  LoadedPlugin plugin;
-  ParamValues values;
-};
-
-// chains[layer][phase_slot(phase)] lists instance indices in chain order; an empty list means
-// dense attention by the core kernel.
-using LayerChains = std::vector<std::array<std::vector<int32_t>, 2>>;
-inline int phase_slot(uint32_t phase) { return phase == SIEVE_PHASE_PREFILL ? 0 : 1; }
 
 // The new tokens of one layer for a batch of sequences, all on the attention device except the
 // *_host arrays.
@@ -73,11 +59,11 @@ class LayerRunner {
     bool record_selections = false;  // keep a SelectionSnapshot per layer
   };
 
-  // Creates every instance (policy create); throws sieve::Error with one line naming the
-  // instance and the plugin's reason when one cannot be created.
+  // Creates every instance of `chains` (policy create; an empty chain of a layer means dense
+  // attention by the core kernel); throws sieve::Error with one line naming the instance and the
+  // plugin's reason when one cannot be created.
   LayerRunner(HostServices& services, const sieve_geometry& geometry, sieve_kv_store* kv,
-              const sieve_kv_store_api* kv_api, std::vector<PolicyInstanceSpec> instances,
-              LayerChains chains, Options options);
+              const sieve_kv_store_api* kv_api, ResolvedChains chains, Options options);
   ~LayerRunner();
   LayerRunner(const LayerRunner&) = delete;
   LayerRunner& operator=(const LayerRunner&) = delete;
@@ -91,8 +77,7 @@ class LayerRunner {
                         std::string* error);
 
   const SelectionSnapshot& selection_used(int32_t layer) const { return snapshots_.at(size_t(layer)); }
-  size_t instance_count() const { return handles_.size(); }
-  const std::string& instance_label(size_t i) const { return specs_[i].label; }
+  const ResolvedChains& chains() const { return chains_; }
 
  private:
   struct Buffer {  // device (or host) memory from the services table
@@ -111,9 +96,8 @@ class LayerRunner {
   sieve_geometry geometry_;
   sieve_kv_store* kv_;
   const sieve_kv_store_api* kv_api_;
-  std::vector<PolicyInstanceSpec> specs_;
-  std::vector<sieve_policy*> handles_;
-  LayerChains chains_;
+  ResolvedChains chains_;
+  std::vector<sieve_policy*> handles_;  // one per chains_.instances
   Options options_;
 
   Buffer sel_indptr_, sel_indices_, lse_, page_mass_;
