@@ -11,7 +11,7 @@
 namespace sieve::runtime {
 
 namespace {
-const char* status_text(sieve_status s) { return status_name(s); }
+std::string status_text(sieve_status s) { return status_name(s); }
 
 void sink_to_string(void* ctx, const char* m) {
   auto* s = static_cast<std::string*>(ctx);
@@ -85,6 +85,7 @@ void LayerRunner::ensure(Buffer& b, size_t bytes) {
   require(b.ptr != nullptr, SIEVE_ERR_OUT_OF_MEMORY,
           "runtime: cannot allocate " + std::to_string(grown) + " bytes on " + device_name(geometry_.device));
   b.bytes = grown;
+  ++buffer_allocations_;
 }
 
 void LayerRunner::release(Buffer& b) {
@@ -113,7 +114,7 @@ std::string LayerRunner::check_selection(const sieve_attention_args& args) {
   std::string e = kernels::check_attention_args(args);
   if (!e.empty()) return e;
   const int64_t n_indptr = int64_t(sel->n_rows) + 1;
-  std::vector<int32_t> indptr(size_t(n_indptr));
+  std::vector<int32_t> indptr(static_cast<size_t>(n_indptr));
   std::string err;
   if (!services_.copy(indptr.data(), kCpu, data_ptr<void>(sel->indptr), sel->indptr.device,
                       size_t(n_indptr) * 4, &err))

@@ -78,6 +78,9 @@ class LayerRunner {
 
   const SelectionSnapshot& selection_used(int32_t layer) const { return snapshots_.at(size_t(layer)); }
   const ResolvedChains& chains() const { return chains_; }
+  // Allocations the runner made for its own selection / statistics buffers (so a caller can tell
+  // them from allocations made inside policy hooks).
+  uint64_t buffer_allocations() const { return buffer_allocations_; }
 
  private:
   struct Buffer {  // device (or host) memory from the services table
@@ -105,6 +108,7 @@ class LayerRunner {
   std::vector<SelectionSnapshot> snapshots_;
   std::vector<int32_t> kv_len_;
   std::vector<unsigned char> host_scratch_;
+  uint64_t buffer_allocations_ = 0;
 };
 
 }  // namespace sieve::runtime

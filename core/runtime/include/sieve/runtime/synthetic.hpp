@@ -1,0 +1,52 @@
+// One attention call on a synthetic workload, run the way a host runs a model layer (a KV store,
+// the layer's chain, the core kernels) and measured against the f64 reference: the shared path
+// of `sieve attn` and of the numeric part of `sieve conform`, so no plugin grades itself.
+//
+// The keys come from sieve::reference::Workload (random, with a few heavy directions per KV head
+// so attention is not uniform); the earlier context enters the store directly, the call's new
+// tokens go through LayerRunner::run_layer like a model's layer would send them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sieve/runtime/chain_spec.hpp"
+#include "sieve/runtime/host_services.hpp"
+
+namespace sieve::runtime {
+
+struct SyntheticSpec {
+  uint32_t phase = SIEVE_PHASE_DECODE;
+  int32_t n_q_heads = 32, n_kv_heads = 8, head_dim = 128, page_size = 16;
+  std::vector<int32_t> context = {4096};  // tokens per sequence after the call (ragged allowed)
+  int32_t new_tokens = 1;                  // per sequence in prefill (clipped to the context)
+  DLDataType kv_dtype{kDLFloat, 32, 1};
+  DLDevice device{kDLCPU, 0};
+  uint64_t seed = 1;
+  int32_t timing_reps = 3;  // repetitions of the dense core kernel timed for the ratio
+  bool check = true;        // LayerRunner checks (selection contents, finite outputs)
+};
+
+struct SyntheticReport {
+  double rel_err = 0;            // ‖o − o_dense‖ / ‖o_dense‖, o_dense in f64
+  double kernel_rel_err = -1;    // ‖o − o_ref(selection used)‖ / ‖·‖: the kernel's own error
+                                 // (-1 when an attend/correct hook changed the output)
+  double recall = 1;             // dense softmax mass on the attended keys
+  double attended_fraction = 1;  // attended keys / causal keys, averaged over (token, head)
+  int64_t non_finite = 0;
+  uint64_t kv_bytes = 0;         // store bytes_in_use after the call
+  double chain_seconds = 0;      // the layer call through the chain (append included), synced
+  double dense_seconds = 0;      // the core dense kernel alone on the same cache (median)
+  uint64_t hook_allocations = 0; // allocations through the services table during the call
+  std::string device;
+  std::vector<std::pair<std::string, HostServices::MetricSummary>> metrics;
+};
+
+// Runs `chain` (layer 0 of a one-layer model) on the workload of `spec`. Returns false with one
+// line in *error on a setup failure or when a plugin misbehaves (that line names the plugin, the
+// layer and the hook).
+bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain, const Registry& registry,
+                   SyntheticReport* report, std::string* error);
+
+}  // namespace sieve::runtime

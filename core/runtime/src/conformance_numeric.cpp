@@ -1,0 +1,228 @@
+// The numeric / device part of `sieve conform`: the plugin's hooks on real tensors, through the
+// same runtime path a host uses (KV store, LayerRunner, core kernels), against the f64 reference;
+// then its error paths with missing arguments. A plugin that crashes here fails the check it was
+// in: conform() runs this part in a forked child.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "sieve/runtime/conformance.hpp"
+#include "sieve/runtime/host_services.hpp"
+#include "sieve/runtime/params.hpp"
+#include "sieve/runtime/registry.hpp"
+#include "sieve/runtime/synthetic.hpp"
+#include "sieve/util/tensor.hpp"
+
+namespace sieve::runtime {
+
+namespace {
+
+struct Config {
+  int32_t hq, hkv, d, page;
+  std::vector<int32_t> context;
+  int32_t new_tokens;
+  DLDataType dtype;
+};
+
+bool listed(const int32_t* values, uint32_t n, int32_t v) {
+  return n == 0 || std::find(values, values + n, v) != values + n;
+}
+
+std::string fmt(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2e", v);
+  return b;
+}
+
+// Geometries the plugin declares: GQA 1/2/4/8, head dims 8/64/128, the first page size it lists
+// among 16/32/64, ragged contexts (a last page of 1, 5, and a sequence shorter than a page).
+std::vector<Config> configs(const sieve_policy_descriptor& d, uint32_t phase) {
+  int32_t page = 0;
+  for (int32_t p : {16, 32, 64})
+    if (!page && listed(d.page_sizes, d.n_page_sizes, p)) page = p;
+  std::vector<Config> out;
+  if (!page) return out;
+  const bool prefill = phase == SIEVE_PHASE_PREFILL;
+  const std::vector<int32_t> ctx = prefill ? std::vector<int32_t>{3 * page + 5, page - 3}
+                                           : std::vector<int32_t>{9 * page + 1, 2 * page + 5, page - 3};
+  const int32_t new_tokens = prefill ? 2 * page + 3 : 1;
+  for (int32_t dim : {8, 64, 128}) {
+    if (!listed(d.head_dims, d.n_head_dims, dim)) continue;
+    for (int32_t group : {1, 2, 4, 8}) {
+      // Large head dims with every GQA ratio would only repeat the same code path slowly.
+      if (dim == 128 && group != 4) continue;
+      out.push_back({2 * group, 2, dim, page, ctx, new_tokens, kF32});
+    }
+  }
+  if ((d.dtypes & SIEVE_DTYPE_BF16) && listed(d.head_dims, d.n_head_dims, 64))
+    out.push_back({8, 2, 64, page, ctx, new_tokens, kBF16});
+  if ((d.dtypes & SIEVE_DTYPE_F16) && listed(d.head_dims, d.n_head_dims, 64))
+    out.push_back({8, 2, 64, page, ctx, new_tokens, kF16});
+  return out;
+}
+
+std::string config_name(const Config& c) {
+  return "hq " + std::to_string(c.hq) + "/hkv " + std::to_string(c.hkv) + ", d " + std::to_string(c.d) +
+         ", page " + std::to_string(c.page) + ", " + dtype_name(c.dtype);
+}
+
+void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevice device, uint32_t phase,
+                    ConformReport* report) {
+  const sieve_policy_descriptor& desc = *plugin.descriptor();
+  const std::string phase_name = phase == SIEVE_PHASE_PREFILL ? "prefill" : "decode";
+  const std::string name = "numeric_" + std::string(device.device_type == kDLCUDA ? "cuda" : "cpu") + "_" + phase_name;
+  const auto cfgs = configs(desc, phase);
+  if (cfgs.empty()) {
+    report->skip(name, "no declared head dim among 8/64/128 or page size among 16/32/64");
+    return;
+  }
+  ChainSpec chain;
+  std::string error;
+  if (!parse_chain_spec(phase_name + ":0=" + plugin.name(), &chain, &error)) {
+    report->fail(name, "chain for the plugin: " + error);
+    return;
+  }
+  double worst_kernel = 0, worst_dense = 0, min_recall = 1;
+  uint64_t hook_allocs = 0;
+  std::string worst_cfg;
+  int runs = 0;
+  for (const Config& c : cfgs) {
+    if (!(desc.dtypes & (same_dtype(c.dtype, kF32) ? SIEVE_DTYPE_F32 : same_dtype(c.dtype, kBF16) ? SIEVE_DTYPE_BF16
+                                                                                               : SIEVE_DTYPE_F16)))
+      continue;
+    SyntheticSpec s;
+    s.phase = phase;
+    s.n_q_heads = c.hq;
+    s.n_kv_heads = c.hkv;
+    s.head_dim = c.d;
+    s.page_size = c.page;
+    s.context = c.context;
+    s.new_tokens = c.new_tokens;
+    s.kv_dtype = c.dtype;
+    s.device = device;
+    s.seed = 1234 + uint64_t(runs);
+    s.timing_reps = 1;
+    SyntheticReport r;
+    if (!run_synthetic(s, chain, registry, &r, &error)) {
+      report->fail(name, config_name(c) + ": " + error);
+      return;
+    }
+    ++runs;
+    hook_allocs += r.hook_allocations;
+    // The output must equal the f64 attention over the selection the plugin made (f32 storage:
+    // 1e-4 leaves room for f32 accumulation order; 16-bit storage: 2e-2), unless a hook rewrote it.
+    const double tol = same_dtype(c.dtype, kF32) ? 1e-4 : 2e-2;
+    if (r.non_finite > 0) {
+      report->fail(name, config_name(c) + ": " + std::to_string(r.non_finite) + " non-finite outputs");
+      return;
+    }
+    if (r.kernel_rel_err >= 0 && !(r.kernel_rel_err <= tol)) {
+      report->fail(name, config_name(c) + ": output differs from the f64 attention over the plugin's own selection: rel err " +
+                             fmt(r.kernel_rel_err) + " > " + fmt(tol));
+      return;
+    }
+    if (r.kernel_rel_err > worst_kernel) worst_kernel = r.kernel_rel_err, worst_cfg = config_name(c);
+    worst_dense = std::max(worst_dense, r.rel_err);
+    min_recall = std::min(min_recall, r.recall);
+  }
+  if (runs == 0) {
+    report->skip(name, "no declared dtype among f32/bf16/f16");
+    return;
+  }
+  report->pass(name, std::to_string(runs) + " geometries; worst rel err vs f64 over its selection " + fmt(worst_kernel) +
+                         (worst_cfg.empty() ? "" : " (" + worst_cfg + ")") + "; vs dense " + fmt(worst_dense) +
+                         ", min recall " + fmt(min_recall));
+  const std::string alloc_name = "no_hot_path_allocation_" + std::string(device.device_type == kDLCUDA ? "cuda" : "cpu") +
+                                 "_" + phase_name;
+  if (hook_allocs == 0)
+    report->pass(alloc_name, "hooks made no allocation through the services table");
+  else
+    report->fail(alloc_name, std::to_string(hook_allocs) + " allocations through the services table inside hooks");
+}
+
+// Hooks called with missing arguments must answer with a status (the child process survives).
+void error_path_checks(const LoadedPlugin& plugin, ConformReport* report) {
+  const sieve_policy_api& api = *plugin.policy();
+  ParamValues values;
+  std::vector<std::string> errors;
+  if (!parse_params(ParamSchema::of(api), {}, &values, &errors)) {
+    report->fail("hooks_reject_null_arguments", "defaults do not parse: " + (errors.empty() ? "" : errors[0]));
+    return;
+  }
+  HostServices services(kCpu);
+  sieve_geometry g{};
+  g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
+  g.n_layers = 2;
+  g.n_q_heads = 8;
+  g.n_kv_heads = 2;
+  g.head_dim = listed(plugin.descriptor()->head_dims, plugin.descriptor()->n_head_dims, 64)
+                   ? 64
+                   : (plugin.descriptor()->n_head_dims ? plugin.descriptor()->head_dims[0] : 64);
+  g.page_size = plugin.descriptor()->n_page_sizes ? plugin.descriptor()->page_sizes[0] : 16;
+  g.max_batch = 2;
+  g.max_seq_len = 256;
+  g.kv_dtype = kF32;
+  g.device = kCpu;
+  g.rope_theta = 10000.f;
+  g.rope_dim = g.head_dim;
+  sieve_policy* p = nullptr;
+  std::string reason;
+  sieve_reason_sink sink{&reason, [](void* c, const char* m) { *static_cast<std::string*>(c) = m ? m : ""; }};
+  // No KV store: a policy that needs one must say so with a status, not crash.
+  sieve_status st = api.create(services.table(), &g, values.data(), values.size(), nullptr, nullptr, &p, sink);
+  if (st != SIEVE_OK || !p) {
+    report->skip("hooks_reject_null_arguments", "create without a KV store answered " + status_name(st) +
+                                                    (reason.empty() ? "" : ": " + reason) + " (a status, as required)");
+    return;
+  }
+  std::vector<std::string> bad;
+  uint32_t stats = 0;
+  if (api.on_append && api.on_append(p, nullptr, nullptr) == SIEVE_OK) bad.push_back("on_append(NULL call)");
+  if (api.select && api.select(p, nullptr, nullptr, &stats) == SIEVE_OK) bad.push_back("select(NULL call, NULL selection)");
+  if (api.attend && api.attend(p, nullptr, nullptr, nullptr) == SIEVE_OK) bad.push_back("attend(NULL call, NULL out)");
+  if (api.observe && api.observe(p, nullptr, nullptr) == SIEVE_OK) bad.push_back("observe(NULL call, NULL stats)");
+  if (api.correct && api.correct(p, nullptr, nullptr, nullptr) == SIEVE_OK) bad.push_back("correct(NULL call, NULL out)");
+  if (api.end_step && api.end_step(p, nullptr) == SIEVE_OK) bad.push_back("end_step(NULL step)");
+  const char* msg = api.last_error ? api.last_error(p) : nullptr;
+  const bool has_message = msg && *msg;
+  api.destroy(p);
+  if (!bad.empty()) {
+    std::string all;
+    for (const auto& b : bad) all += (all.empty() ? "" : ", ") + b;
+    report->fail("hooks_reject_null_arguments", "returned SIEVE_OK for " + all);
+  } else if (!has_message) {
+    report->fail("hooks_reject_null_arguments", "statuses returned, but last_error() gives no message");
+  } else {
+    report->pass("hooks_reject_null_arguments", std::string("last message: ") + msg);
+  }
+}
+
+}  // namespace
+
+void conform_numeric(const LoadedPlugin& plugin, ConformReport* report) {
+  const sieve_policy_descriptor* desc = plugin.descriptor();
+  if (!plugin.policy() || !desc) {
+    report->skip("numeric", "the plugin ships no policy");
+    return;
+  }
+  Registry registry;
+  if (!registry.add_file(plugin.path)) {
+    report->fail("numeric", "reloading " + plugin.path + " failed");
+    return;
+  }
+  std::vector<DLDevice> devices;
+  if (desc->devices & SIEVE_DEVICE_CPU) devices.push_back(kCpu);
+  if (desc->devices & SIEVE_DEVICE_CUDA) {
+    if (cuda_devices() > 0)
+      devices.push_back(DLDevice{kDLCUDA, 0});
+    else
+      report->skip("numeric_cuda", "the plugin declares CUDA but this machine has no usable CUDA device");
+  }
+  for (DLDevice dev : devices)
+    for (uint32_t phase : {uint32_t(SIEVE_PHASE_DECODE), uint32_t(SIEVE_PHASE_PREFILL)})
+      if (desc->phases & phase) numeric_checks(plugin, registry, dev, phase, report);
+  error_path_checks(plugin, report);
+}
+
+}  // namespace sieve::runtime

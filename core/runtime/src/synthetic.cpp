@@ -1,0 +1,348 @@
+#include "sieve/runtime/synthetic.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "sieve/kernels/attention_args.hpp"
+#include "sieve/kv/paged_store.hpp"
+#include "sieve/reference/attention_ref.hpp"
+#include "sieve/reference/fidelity.hpp"
+#include "sieve/reference/workload.hpp"
+#include "sieve/runtime/layer_runner.hpp"
+#include "sieve/util/error.hpp"
+#include "sieve/util/tensor.hpp"
+
+namespace sieve::runtime {
+
+namespace {
+
+// A tensor on the attention device, allocated through the services table (freed by it too).
+class DeviceTensor {
+ public:
+  DeviceTensor(HostServices& s, const HostTensor& host) : s_(s), shape_(host.shape()) {
+    const size_t bytes = std::max<size_t>(host.nbytes(), 1);
+    void* p = s.table()->alloc(s.table()->host_ctx, s.device(), bytes, 256);
+    require(p != nullptr, SIEVE_ERR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes on " +
+                                                       device_name(s.device()));
+    t_ = make_view(p, s.device(), host.dl().dtype, int(shape_.size()), shape_.data());
+    std::string err;
+    require(s.copy(p, s.device(), host.dl().data, kCpu, host.nbytes(), &err), SIEVE_ERR_DEVICE, err);
+  }
+  ~DeviceTensor() { s_.table()->free(s_.table()->host_ctx, s_.device(), t_.data); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  DLTensor* get() { return &t_; }
+
+ private:
+  HostServices& s_;
+  std::vector<int64_t> shape_;
+  DLTensor t_{};
+};
+
+// Rows [from, to) of sequence b of a paged workload, gathered into [to-from, Hkv, D] (same dtype).
+HostTensor gather_tokens(const reference::Workload& w, const HostTensor& pages, int32_t b, int32_t from,
+                         int32_t to) {
+  const auto& sp = w.spec;
+  HostTensor t({to - from, sp.n_kv_heads, sp.head_dim}, pages.dl().dtype);
+  const int32_t* indptr = w.kv_indptr.data<int32_t>();
+  const int32_t* indices = w.kv_indices.data<int32_t>();
+  const size_t eb = dtype_bytes(pages.dl().dtype);
+  for (int32_t tok = from; tok < to; ++tok) {
+    int32_t page = indices[indptr[b] + tok / sp.page_size];
+    for (int32_t h = 0; h < sp.n_kv_heads; ++h) {
+      int64_t src = ((int64_t(page) * sp.n_kv_heads + h) * sp.page_size + tok % sp.page_size) * sp.head_dim;
+      int64_t dst = (int64_t(tok - from) * sp.n_kv_heads + h) * sp.head_dim;
+      std::memcpy(t.data<char>() + dst * eb, pages.data<char>() + src * eb, size_t(sp.head_dim) * eb);
+    }
+  }
+  return t;
+}
+
+struct StoreHandle {
+  const sieve_kv_store_api* api = nullptr;
+  sieve_kv_store* store = nullptr;
+  ~StoreHandle() {
+    if (store) api->destroy(store);
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const Registry& registry,
+                   SyntheticReport* report, std::string* error) {
+  auto failed = [&](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  try {
+    require(!spec.context.empty(), SIEVE_ERR_INVALID_ARGUMENT, "the workload has no sequence");
+    const int32_t batch = int32_t(spec.context.size());
+    const bool prefill = spec.phase == SIEVE_PHASE_PREFILL;
+    std::vector<int32_t> n_new(static_cast<size_t>(batch));
+    int32_t max_context = 0;
+    for (int32_t b = 0; b < batch; ++b) {
+      require(spec.context[size_t(b)] >= 1, SIEVE_ERR_INVALID_ARGUMENT,
+              "context of sequence " + std::to_string(b) + " must be >= 1 token");
+      n_new[size_t(b)] = prefill ? std::min(spec.new_tokens, spec.context[size_t(b)]) : 1;
+      max_context = std::max(max_context, spec.context[size_t(b)]);
+    }
+
+    // The workload: keys, values and queries (pages shuffled, ragged last pages).
+    reference::WorkloadSpec ws;
+    ws.n_q_heads = spec.n_q_heads;
+    ws.n_kv_heads = spec.n_kv_heads;
+    ws.head_dim = spec.head_dim;
+    ws.page_size = spec.page_size;
+    ws.kv_dtype = spec.kv_dtype;
+    ws.q_dtype = kF32;
+    ws.out_dtype = kF32;
+    ws.phase = prefill ? SIEVE_PHASE_PREFILL : SIEVE_PHASE_DECODE;
+    ws.kv_lens = spec.context;
+    ws.n_new = n_new;
+    ws.seed = spec.seed;
+    ws.spare_pages = 0;
+    reference::Workload w(ws);
+
+    HostServices services(spec.device);
+    sieve_geometry g{};
+    g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
+    g.n_layers = 1;
+    g.n_q_heads = spec.n_q_heads;
+    g.n_kv_heads = spec.n_kv_heads;
+    g.head_dim = spec.head_dim;
+    g.page_size = spec.page_size;
+    g.max_batch = batch;
+    g.max_seq_len = max_context;
+    g.kv_dtype = spec.kv_dtype;
+    g.device = spec.device;
+    g.rope_theta = 10000.f;
+    g.rope_dim = spec.head_dim;
+
+    ResolvedChains chains;
+    std::vector<std::string> errors;
+    if (!resolve_chains(chain_spec, registry, g, &chains, &errors)) {
+      std::string all;
+      for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e;
+      return failed(all);
+    }
+
+    StoreHandle store;
+    store.api = spec.device.device_type == kDLCUDA ? kv::paged_cuda_store_api() : kv::paged_cpu_store_api();
+    require(store.api != nullptr, SIEVE_ERR_UNSUPPORTED, "this build has no CUDA KV store");
+    sieve_kv_config kc{};
+    kc.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
+    kc.geometry = g;
+    int32_t pages = 0;
+    for (int32_t c : spec.context) pages += kernels::ceil_div(c, spec.page_size);
+    kc.pages_per_layer = pages + batch;
+    kc.keep_pre_rope_k = (chains.needs & SIEVE_NEEDS_PRE_ROPE_K) ? 1 : 0;
+    std::string reason;
+    sieve_reason_sink sink{&reason, [](void* c, const char* m) { *static_cast<std::string*>(c) = m; }};
+    if (store.api->create(services.table(), &kc, &store.store, sink) != SIEVE_OK)
+      return failed("KV store '" + std::string(store.api->name) + "': " + reason);
+    std::vector<int32_t> seq_ids(static_cast<size_t>(batch));
+    for (auto& id : seq_ids)
+      require(store.api->add_sequence(store.store, &id) == SIEVE_OK, SIEVE_ERR_INTERNAL, "add_sequence failed");
+
+    // The earlier context enters the store directly (no attention is computed for it).
+    for (int32_t b = 0; b < batch; ++b) {
+      const int32_t before = spec.context[size_t(b)] - n_new[size_t(b)];
+      if (before == 0) continue;
+      HostTensor k = gather_tokens(w, w.k_pages, b, 0, before), v = gather_tokens(w, w.v_pages, b, 0, before);
+      DeviceTensor dk(services, k), dv(services, v);
+      int32_t indptr[2] = {0, before};
+      sieve_kv_append a{};
+      a.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
+      a.layer = 0;
+      a.batch = 1;
+      a.seq_ids = &seq_ids[size_t(b)];
+      a.token_indptr = indptr;
+      a.k = dk.get();
+      a.v = dv.get();
+      a.k_pre_rope = kc.keep_pre_rope_k ? dk.get() : nullptr;  // synthetic: no rotation applied
+      if (store.api->append(store.store, &a) != SIEVE_OK)
+        return failed("KV store append: " + std::string(store.api->last_error(store.store)));
+    }
+
+    // The call's new tokens, laid out like a model layer sends them.
+    std::vector<HostTensor> k_new, v_new;
+    int32_t total_new = 0;
+    for (int32_t b = 0; b < batch; ++b) total_new += n_new[size_t(b)];
+    HostTensor k_rows({total_new, spec.n_kv_heads, spec.head_dim}, spec.kv_dtype);
+    HostTensor v_rows({total_new, spec.n_kv_heads, spec.head_dim}, spec.kv_dtype);
+    std::vector<int32_t> qo_indptr(size_t(batch) + 1, 0), positions;
+    for (int32_t b = 0, row = 0; b < batch; ++b) {
+      const int32_t from = spec.context[size_t(b)] - n_new[size_t(b)];
+      HostTensor k = gather_tokens(w, w.k_pages, b, from, spec.context[size_t(b)]);
+      HostTensor v = gather_tokens(w, w.v_pages, b, from, spec.context[size_t(b)]);
+      std::memcpy(k_rows.data<char>() + size_t(row) * k.nbytes() / size_t(n_new[size_t(b)]), k.data<char>(), k.nbytes());
+      std::memcpy(v_rows.data<char>() + size_t(row) * v.nbytes() / size_t(n_new[size_t(b)]), v.data<char>(), v.nbytes());
+      row += n_new[size_t(b)];
+      qo_indptr[size_t(b) + 1] = row;
+      for (int32_t i = 0; i < n_new[size_t(b)]; ++i) positions.push_back(from + i);
+    }
+    HostTensor qo({batch + 1}, kI32);
+    std::memcpy(qo.data<int32_t>(), qo_indptr.data(), qo_indptr.size() * 4);
+    HostTensor out_host({total_new, spec.n_q_heads, spec.head_dim}, kF32);
+    for (int64_t i = 0; i < out_host.numel(); ++i) out_host.set(i, std::numeric_limits<float>::quiet_NaN());
+    DeviceTensor dq(services, w.q), dk(services, k_rows), dv(services, v_rows), dqo(services, qo),
+        dout(services, out_host);
+
+    LayerRunner::Options opt;
+    opt.check = spec.check;
+    opt.record_selections = true;
+    LayerRunner runner(services, g, store.store, store.api, chains, opt);
+    LayerInputs in;
+    in.layer = 0;
+    in.phase = spec.phase;
+    in.batch = batch;
+    in.seq_ids = seq_ids.data();
+    in.qo_indptr_host = qo_indptr.data();
+    in.qo_indptr = dqo.get();
+    in.positions_host = positions.data();
+    in.q = dq.get();
+    in.q_pre_rope = (chains.needs & SIEVE_NEEDS_PRE_ROPE_Q) ? dq.get() : nullptr;
+    in.k = dk.get();
+    in.v = dv.get();
+    in.k_pre_rope = kc.keep_pre_rope_k ? dk.get() : nullptr;
+
+    std::string err;
+    const uint64_t allocs_before = services.allocation_count();
+    auto t0 = std::chrono::steady_clock::now();
+    sieve_status st = runner.run_layer(in, dout.get(), &err);
+    if (st == SIEVE_OK && !services.synchronize(&err)) st = SIEVE_ERR_DEVICE;
+    report->chain_seconds = seconds_since(t0);
+    if (st != SIEVE_OK) return failed(err);
+    if (runner.end_step(spec.phase, 0, seq_ids.data(), batch, &err) != SIEVE_OK) return failed(err);
+    // The runner's own buffers grow on first use; what else was allocated came from hooks.
+    report->hook_allocations = services.allocation_count() - allocs_before - runner.buffer_allocations();
+    require(services.copy(out_host.dl().data, kCpu, dout.get()->data, spec.device, out_host.nbytes(), &err),
+            SIEVE_ERR_DEVICE, err);
+
+    // Host copy of the store's view for the reference (the CPU store's view is already host).
+    sieve_paged_kv view{};
+    require(store.api->view(store.store, 0, seq_ids.data(), batch, &view) == SIEVE_OK, SIEVE_ERR_INTERNAL,
+            store.api->last_error(store.store));
+    HostTensor kp(std::vector<int64_t>(view.k_pages.shape, view.k_pages.shape + 4), spec.kv_dtype);
+    HostTensor vp(kp.shape(), spec.kv_dtype);
+    HostTensor ind({view.indptr_host[batch]}, kI32), last({batch}, kI32), ip({batch + 1}, kI32);
+    require(services.copy(kp.dl().data, kCpu, data_ptr<void>(view.k_pages), spec.device, kp.nbytes(), &err) &&
+                services.copy(vp.dl().data, kCpu, data_ptr<void>(view.v_pages), spec.device, vp.nbytes(), &err) &&
+                services.copy(ind.dl().data, kCpu, data_ptr<void>(view.indices), spec.device, ind.nbytes(), &err),
+            SIEVE_ERR_DEVICE, err);
+    std::memcpy(ip.data<int32_t>(), view.indptr_host, size_t(batch + 1) * 4);
+    std::memcpy(last.data<int32_t>(), view.last_page_len_host, size_t(batch) * 4);
+    sieve_paged_kv hv = view;
+    hv.k_pages = kp.dl();
+    hv.v_pages = vp.dl();
+    hv.indptr = ip.dl();
+    hv.indices = ind.dl();
+    hv.last_page_len = last.dl();
+    hv.k_pre_rope_pages = DLTensor{};
+
+    const SelectionSnapshot& snap = runner.selection_used(0);
+    HostTensor sip({std::max<int64_t>(int64_t(snap.indptr.size()), 1)}, kI32),
+        sind({std::max<int64_t>(int64_t(snap.indices.size()), 1)}, kI32);
+    std::copy(snap.indptr.begin(), snap.indptr.end(), sip.data<int32_t>());
+    std::copy(snap.indices.begin(), snap.indices.end(), sind.data<int32_t>());
+    sieve_selection hsel{};
+    hsel.hdr = SIEVE_HEADER_INIT(sieve_selection);
+    hsel.kind = snap.kind;
+    hsel.heads = snap.heads;
+    hsel.q_block = snap.q_block;
+    hsel.k_block_pages = snap.k_block_pages;
+    hsel.n_rows = snap.n_rows;
+    hsel.indptr = sip.dl();
+    hsel.indices = sind.dl();
+    hsel.capacity = int64_t(snap.indices.size());
+
+    sieve_attention_args args{};
+    args.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
+    args.phase = spec.phase;
+    args.n_q_heads = spec.n_q_heads;
+    args.n_kv_heads = spec.n_kv_heads;
+    args.head_dim = spec.head_dim;
+    args.q = &w.q.dl();
+    args.out = &out_host.dl();
+    args.qo_indptr = &qo.dl();
+    args.qo_indptr_host = qo_indptr.data();
+    args.kv = &hv;
+    args.selection = snap.kind == SIEVE_SEL_ALL ? nullptr : &hsel;
+
+    reference::RefOptions dense_opt;
+    dense_opt.ignore_selection = true;
+    reference::RefAttention dense = reference::attend_reference(args, dense_opt);
+    reference::OutputError e = reference::compare_output(dense, out_host.dl());
+    report->rel_err = e.rel_l2;
+    report->non_finite = e.non_finite;
+    bool output_rewritten = false;
+    for (const auto& inst : chains.instances)
+      output_rewritten |= inst.api().attend != nullptr || inst.api().correct != nullptr;
+    if (!output_rewritten) {
+      reference::RefAttention ref = reference::attend_reference(args);
+      report->kernel_rel_err = reference::compare_output(ref, out_host.dl()).rel_l2;
+    }
+    report->recall = reference::attention_recall(args);
+    // Attended fraction: keys attended / causal keys, averaged over (token, head) rows.
+    {
+      double sum = 0;
+      int64_t rows = 0;
+      sieve_attention_args dense_args = args;
+      dense_args.selection = nullptr;
+      for (int32_t t = 0; t < total_new; ++t)
+        for (int32_t h = 0; h < spec.n_q_heads; ++h) {
+          auto got = reference::attended_keys(args, t, h);
+          auto all = reference::attended_keys(dense_args, t, h);
+          int64_t a = 0, c = 0;
+          for (size_t i = 0; i < got.size(); ++i) a += got[i], c += all[i];
+          if (c) sum += double(a) / double(c), ++rows;
+        }
+      report->attended_fraction = rows ? sum / double(rows) : 1.0;
+    }
+    uint64_t bytes = 0;
+    store.api->bytes_in_use(store.store, &bytes);
+    report->kv_bytes = bytes;
+
+    // The dense core kernel alone on the same cache, for the speed ratio.
+    {
+      sieve_attention_args dargs{};
+      dargs.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
+      dargs.phase = spec.phase;
+      dargs.n_q_heads = spec.n_q_heads;
+      dargs.n_kv_heads = spec.n_kv_heads;
+      dargs.head_dim = spec.head_dim;
+      dargs.q = dq.get();
+      dargs.out = dout.get();
+      dargs.qo_indptr = dqo.get();
+      dargs.qo_indptr_host = qo_indptr.data();
+      dargs.kv = &view;
+      std::vector<double> times;
+      const sieve_host_services* s = services.table();
+      for (int32_t r = 0; r < std::max(1, spec.timing_reps); ++r) {
+        auto t1 = std::chrono::steady_clock::now();
+        if (s->kernels->attend(s->host_ctx, &dargs) != SIEVE_OK)
+          return failed(std::string("dense core kernel: ") + s->kernels->last_error(s->host_ctx));
+        if (!services.synchronize(&err)) return failed(err);
+        times.push_back(seconds_since(t1));
+      }
+      std::sort(times.begin(), times.end());
+      report->dense_seconds = times[times.size() / 2];
+    }
+    report->device = device_name(spec.device);
+    report->metrics = services.metrics();
+    return true;
+  } catch (const Error& e) {
+    return failed(e.what());
+  } catch (const std::exception& e) {
+    return failed(e.what());
+  }
+}
+
+}  // namespace sieve::runtime
