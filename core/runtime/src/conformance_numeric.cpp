@@ -184,8 +184,9 @@ void error_path_checks(const LoadedPlugin& plugin, ConformReport* report) {
   if (api.observe && api.observe(p, nullptr, nullptr) == SIEVE_OK) bad.push_back("observe(NULL call, NULL stats)");
   if (api.correct && api.correct(p, nullptr, nullptr, nullptr) == SIEVE_OK) bad.push_back("correct(NULL call, NULL out)");
   if (api.end_step && api.end_step(p, nullptr) == SIEVE_OK) bad.push_back("end_step(NULL step)");
-  const char* msg = api.last_error ? api.last_error(p) : nullptr;
-  const bool has_message = msg && *msg;
+  const char* last = api.last_error ? api.last_error(p) : nullptr;
+  const std::string msg = last ? last : "";  // copied: the instance owns the text
+  const bool has_message = !msg.empty();
   api.destroy(p);
   if (!bad.empty()) {
     std::string all;
@@ -194,7 +195,7 @@ void error_path_checks(const LoadedPlugin& plugin, ConformReport* report) {
   } else if (!has_message) {
     report->fail("hooks_reject_null_arguments", "statuses returned, but last_error() gives no message");
   } else {
-    report->pass("hooks_reject_null_arguments", std::string("last message: ") + msg);
+    report->pass("hooks_reject_null_arguments", "every hook answered a status; last message: " + msg);
   }
 }
 

@@ -1,0 +1,407 @@
+// attend_cuda: the host side of the CUDA attention kernels. Checks the arguments (shared
+// check_attention_args), plans the launch, and enqueues on the caller's stream without ever
+// synchronising:
+//   - decode, and prefill restricted to q_rows: the row kernel (attention_row.cu), one CTA per
+//     (query row, head unit, KV split), then the split-KV combine when split;
+//   - prefill over every query token: the tiled kernel (attention_prefill.cu);
+//   - page statistics (decode): page_mass zeroed, then a second pass with the final lse
+//     (attention_stats.cu).
+// Per device, once: the SM count (split heuristic), a private stream-ordered memory pool for the
+// per-call scratch (split partials, the lse the statistics need when the caller passed none), and
+// the device-side error record (a __device__ variable, so no allocation and zero at module load).
+// Scratch comes from cudaMallocFromPoolAsync / cudaFreeAsync on the caller's stream: stream
+// ordered, never synchronising, safe with concurrent streams and capturable in a CUDA graph; the
+// pool keeps its memory (release threshold = max), so steady state asks the driver for nothing.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <mutex>
+
+#include "attention_cuda_common.cuh"
+#include "sieve/kernels/attention_args.hpp"
+#include "sieve/kernels/attention_cuda.hpp"
+#include "sieve/kernels/attention_cuda_checks.hpp"
+#include "sieve/util/tensor.hpp"
+
+namespace sieve::kernels {
+namespace {
+
+using cuda::AttnParams;
+using cuda::ErrorRecord;
+
+__device__ ErrorRecord g_error_record;  // one per device (each device loads its own module copy)
+
+constexpr int kMaxSplits = 256;
+constexpr int kMinPagesPerSplit = 8;  // below ~128 keys per split the combine costs more than it saves
+constexpr int kMaxDevices = 64;
+constexpr int kPrefillRows = 64;      // rows (token x head) of a prefill tile, see attention_prefill.cu
+constexpr int kMaxStatsPageSize = 512;
+
+struct DeviceState {
+  bool ready = false;
+  int sm_count = 0;
+  cudaMemPool_t pool = nullptr;
+  ErrorRecord* err = nullptr;
+};
+std::mutex g_mutex;
+std::array<DeviceState, kMaxDevices> g_devices;
+
+std::string cuda_message(const char* call, cudaError_t e) {
+  return std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+}
+
+sieve_status fail(std::string* error, sieve_status st, std::string msg) {
+  if (error) *error = std::move(msg);
+  return st;
+}
+
+// Makes `device` current for the scope of a call and restores the caller's device after.
+class DeviceGuard {
+ public:
+  cudaError_t enter(int device) {
+    cudaError_t e = cudaGetDevice(&prev_);
+    if (e != cudaSuccess) return e;
+    if (prev_ == device) return cudaSuccess;
+    e = cudaSetDevice(device);
+    if (e == cudaSuccess) changed_ = true;
+    return e;
+  }
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(prev_);
+  }
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
+
+// The device's state, created on first use (the device must be current).
+sieve_status device_state(int dev, DeviceState** out, std::string* error) {
+  if (dev < 0 || dev >= kMaxDevices)
+    return fail(error, SIEVE_ERR_UNSUPPORTED, "CUDA device " + std::to_string(dev) + " is beyond the " +
+                                                  std::to_string(kMaxDevices) + " this build tracks");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceState& st = g_devices[size_t(dev)];
+  if (!st.ready) {
+    cudaError_t e = cudaDeviceGetAttribute(&st.sm_count, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaDeviceGetAttribute(MultiProcessorCount)", e));
+    int pools = 0;
+    e = cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev);
+    if (e != cudaSuccess || !pools)
+      return fail(error, SIEVE_ERR_UNSUPPORTED,
+                  "CUDA device " + std::to_string(dev) + " has no stream-ordered memory pools");
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = dev;
+    e = cudaMemPoolCreate(&st.pool, &props);
+    if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaMemPoolCreate", e));
+    uint64_t keep = UINT64_MAX;
+    e = cudaMemPoolSetAttribute(st.pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaMemPoolSetAttribute", e));
+    void* rec = nullptr;
+    e = cudaGetSymbolAddress(&rec, g_error_record);
+    if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaGetSymbolAddress(error record)", e));
+    st.err = static_cast<ErrorRecord*>(rec);
+    st.ready = true;
+  }
+  *out = &st;
+  return SIEVE_OK;
+}
+
+int dtype_code(DLDataType t) {
+  if (t.bits == 32) return cuda::kDtF32;
+  return t.code == kDLBfloat ? cuda::kDtBF16 : cuda::kDtF16;
+}
+
+// How one call runs.
+struct Plan {
+  AttentionShape s;
+  bool row_path = false;  // row kernel (decode, q_rows) or tiled prefill
+  int32_t hg = 1;         // query heads per CTA
+  int32_t chunks = 1;     // CTAs per KV head (group / hg, rounded up)
+  int32_t n_work = 0;     // rows of the row kernel
+  int32_t splits = 1;
+  int32_t max_pages = 0;  // pages of the longest sequence
+  int32_t tile_tokens = 0;
+  int32_t max_tiles = 0;  // prefill tiles of the busiest sequence
+};
+
+// Refusals beyond check_attention_args: what these kernels are not built for.
+std::string unsupported_here(const AttentionShape& s) {
+  if (s.d != 8 && s.d != 64 && s.d != 128)
+    return "head_dim: " + std::to_string(s.d) + "; the CUDA kernels are built for 8, 64 and 128";
+  if (s.stats != SIEVE_STATS_NONE && s.page_size > kMaxStatsPageSize)
+    return "kv.page_size: " + std::to_string(s.page_size) + "; page statistics on CUDA take pages of at most " +
+           std::to_string(kMaxStatsPageSize) + " tokens";
+  if (int64_t(s.n_q_tokens) * s.hq > INT32_MAX)
+    return "q: " + std::to_string(s.n_q_tokens) + " tokens x " + std::to_string(s.hq) +
+           " heads exceed the CUDA grid (2^31 - 1 rows)";
+  if (s.batch > 65535) return "kv.batch: " + std::to_string(s.batch) + " sequences; the CUDA kernels take at most 65535";
+  return {};
+}
+
+Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int sm_count) {
+  Plan p;
+  p.s = attention_shape(a);
+  const AttentionShape& s = p.s;
+  const bool per_q_head = !s.dense && s.sel_heads == SIEVE_SEL_PER_Q_HEAD;
+  p.row_path = !s.prefill || s.q_rows >= 0;
+  p.hg = per_q_head ? 1
+                    : std::min(s.group, p.row_path ? cuda::row_heads_per_cta(dtype_code(a.kv->k_pages.dtype), s.d)
+                                                   : cuda::kMaxHeadsPerCta);
+  p.chunks = (s.group + p.hg - 1) / p.hg;
+  for (int32_t b = 0; b < s.batch; ++b) p.max_pages = std::max(p.max_pages, kv_pages(*a.kv, b));
+  if (p.row_path) {
+    p.n_work = s.q_rows >= 0 ? int32_t(s.q_rows) : s.n_q_tokens;
+    if (o.kv_splits > 0) {
+      p.splits = std::min(o.kv_splits, kMaxSplits);
+    } else {
+      // Enough CTAs for ~4 per SM; no split shorter than kMinPagesPerSplit pages.
+      const int64_t ctas = int64_t(p.n_work) * s.hkv * p.chunks;
+      const int64_t target = 4 * int64_t(sm_count);
+      if (ctas > 0 && ctas < target) {
+        const int64_t want = (target + ctas - 1) / ctas;
+        const int64_t cap = std::max<int64_t>(1, p.max_pages / kMinPagesPerSplit);
+        p.splits = int32_t(std::clamp<int64_t>(std::min(want, cap), 1, kMaxSplits));
+      }
+    }
+  } else {
+    p.tile_tokens = kPrefillRows / p.hg;
+    for (int32_t b = 0; b < s.batch; ++b) {
+      const int32_t n_b = a.qo_indptr_host[b + 1] - a.qo_indptr_host[b];
+      const int32_t qb = s.dense ? std::max(n_b, 1) : s.q_block;
+      const int32_t tiles = query_blocks(n_b, qb) * ceil_div(qb, p.tile_tokens);
+      p.max_tiles = std::max(p.max_tiles, tiles);
+    }
+  }
+  return p;
+}
+
+// Scratch of one call from the device's pool, returned on the stream at scope exit.
+class Scratch {
+ public:
+  Scratch(cudaMemPool_t pool, cudaStream_t stream) : pool_(pool), stream_(stream) {}
+  ~Scratch() {
+    if (ptr_) cudaFreeAsync(ptr_, stream_);
+  }
+  cudaError_t get(size_t bytes, float** out) {
+    *out = nullptr;
+    if (bytes == 0) return cudaSuccess;
+    cudaError_t e = cudaMallocFromPoolAsync(&ptr_, bytes, pool_, stream_);
+    if (e == cudaSuccess) *out = static_cast<float*>(ptr_);
+    return e;
+  }
+
+ private:
+  cudaMemPool_t pool_;
+  cudaStream_t stream_;
+  void* ptr_ = nullptr;
+};
+
+sieve_status check_and_plan(const sieve_attention_args& a, const CudaAttentionOptions& o,
+                            DeviceGuard& guard, DeviceState** st, Plan* plan, std::string* error) {
+  if (std::string e = check_attention_args(a); !e.empty())
+    return fail(error, SIEVE_ERR_INVALID_ARGUMENT, e);
+  if (std::string e = unsupported_attention_request(a); !e.empty())
+    return fail(error, SIEVE_ERR_UNSUPPORTED, e);
+  if (a.q->device.device_type != kDLCUDA)  // check_attention_args put every tensor on q's device
+    return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
+                "q: on " + device_name(a.q->device) + ", but attend_cuda needs every tensor on a CUDA device");
+  const AttentionShape s = attention_shape(a);
+  if (std::string e = unsupported_here(s); !e.empty()) return fail(error, SIEVE_ERR_UNSUPPORTED, e);
+  if (o.kv_splits < 0)
+    return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
+                "options.kv_splits: " + std::to_string(o.kv_splits) + ", expected >= 0");
+  const int dev = a.q->device.device_id;
+  if (cudaError_t e = guard.enter(dev); e != cudaSuccess)
+    return fail(error, SIEVE_ERR_DEVICE, cuda_message(("cudaSetDevice(" + std::to_string(dev) + ")").c_str(), e));
+  if (sieve_status st_ = device_state(dev, st, error); st_ != SIEVE_OK) return st_;
+  *plan = make_plan(a, o, (*st)->sm_count);
+  return SIEVE_OK;
+}
+
+sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, void* stream_ptr,
+                 std::string* error) {
+  DeviceGuard guard;
+  DeviceState* st = nullptr;
+  Plan plan;
+  if (sieve_status r = check_and_plan(a, o, guard, &st, &plan, error); r != SIEVE_OK) return r;
+  const AttentionShape& s = plan.s;
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const sieve_paged_kv& kv = *a.kv;
+
+  AttnParams p{};
+  p.q = data_ptr<const void>(*a.q);
+  p.q_dt = dtype_code(a.q->dtype);
+  p.out = data_ptr<void>(*a.out);
+  p.out_dt = dtype_code(a.out->dtype);
+  p.lse = a.lse ? data_ptr<float>(*a.lse) : nullptr;
+  p.qo_indptr = data_ptr<const int32_t>(*a.qo_indptr);
+  p.q_rows = a.q_rows ? data_ptr<const int32_t>(*a.q_rows) : nullptr;
+  p.n_work = plan.n_work;
+  p.n_q_tokens = s.n_q_tokens;
+  p.batch = s.batch;
+  p.k = data_ptr<const void>(kv.k_pages);
+  p.v = data_ptr<const void>(kv.v_pages);
+  p.kv_indptr = data_ptr<const int32_t>(kv.indptr);
+  p.kv_indices = data_ptr<const int32_t>(kv.indices);
+  p.kv_last = data_ptr<const int32_t>(kv.last_page_len);
+  p.kv_indices_len = kv.indices.shape[0];
+  p.page_capacity = s.page_capacity;
+  p.page_size = s.page_size;
+  p.page_shift = (s.page_size & (s.page_size - 1)) == 0 ? __builtin_ctz(unsigned(s.page_size)) : -1;
+  p.hq = s.hq;
+  p.hkv = s.hkv;
+  p.group = s.group;
+  p.d = s.d;
+  p.scale_log2 = s.scale * cuda::kLog2e;
+  p.sel_heads = s.dense ? -1 : int32_t(s.sel_heads);
+  p.sel_h = s.dense ? 1 : s.sel_h;
+  p.q_block = s.dense ? 1 : s.q_block;
+  p.k_block_pages = s.dense ? 1 : s.k_block_pages;
+  if (!s.dense) {
+    p.sel_indptr = data_ptr<const int32_t>(a.selection->indptr);
+    p.sel_indices = data_ptr<const int32_t>(a.selection->indices);
+    p.sel_capacity = a.selection->capacity;
+  }
+  p.hg = plan.hg;
+  p.chunks = plan.chunks;
+  p.n_splits = plan.splits;
+  p.stats_h = s.stats_h;
+  p.page_mass = s.stats != SIEVE_STATS_NONE ? data_ptr<float>(*a.page_mass) : nullptr;
+  p.err = st->err;
+
+  const int kv_dt = dtype_code(kv.k_pages.dtype);
+  const bool stats = s.stats != SIEVE_STATS_NONE;
+
+  // Scratch: split partials [splits, n_work, hq, d] + [splits, n_work, hq], and the statistics'
+  // lse [n_q_tokens, hq] when the caller did not ask for lse.
+  const size_t part_o = plan.splits > 1 ? size_t(plan.splits) * plan.n_work * s.hq * s.d : 0;
+  const size_t part_lse = plan.splits > 1 ? size_t(plan.splits) * plan.n_work * s.hq : 0;
+  const size_t lse_scratch = stats && !p.lse ? size_t(s.n_q_tokens) * s.hq : 0;
+  Scratch scratch(st->pool, stream);
+  float* ws = nullptr;
+  if (cudaError_t e = scratch.get((part_o + part_lse + lse_scratch) * sizeof(float), &ws); e != cudaSuccess)
+    return fail(error, e == cudaErrorMemoryAllocation ? SIEVE_ERR_OUT_OF_MEMORY : SIEVE_ERR_DEVICE,
+                cuda_message("cudaMallocFromPoolAsync(attention scratch)", e));
+  if (part_o) {
+    p.part_o = ws;
+    p.part_lse = ws + part_o;
+  }
+  if (lse_scratch) p.lse_all = ws + part_o + part_lse;
+
+  if (stats && s.nnz_pages > 0) {
+    // Pages no computed row attends hold 0.
+    if (cudaError_t e = cudaMemsetAsync(p.page_mass, 0, size_t(s.nnz_pages) * s.stats_h * sizeof(float), stream);
+        e != cudaSuccess)
+      return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaMemsetAsync(page_mass)", e));
+  }
+
+  if (plan.row_path) {
+    if (plan.n_work == 0) return SIEVE_OK;
+    if (cudaError_t e = cuda::launch_row_attention(p, kv_dt, stream); e != cudaSuccess)
+      return fail(error, SIEVE_ERR_DEVICE, cuda_message("row attention kernel launch", e));
+    if (plan.splits > 1) {
+      if (cudaError_t e = cuda::launch_split_combine(p, stream); e != cudaSuccess)
+        return fail(error, SIEVE_ERR_DEVICE, cuda_message("split-KV combine kernel launch", e));
+    }
+    if (stats && plan.max_pages > 0) {
+      if (cudaError_t e = cuda::launch_page_mass(p, kv_dt, plan.max_pages, stream); e != cudaSuccess)
+        return fail(error, SIEVE_ERR_DEVICE, cuda_message("page statistics kernel launch", e));
+    }
+  } else if (plan.max_tiles > 0) {
+    if (cudaError_t e = cuda::launch_prefill_attention(p, kv_dt, plan.max_tiles, plan.tile_tokens, stream);
+        e != cudaSuccess)
+      return fail(error, SIEVE_ERR_DEVICE, cuda_message("prefill attention kernel launch", e));
+  }
+  return SIEVE_OK;
+}
+
+}  // namespace
+
+sieve_status attend_cuda(const sieve_attention_args& args, const CudaAttentionOptions& options,
+                         void* cuda_stream, std::string* error) {
+  try {
+    return run(args, options, cuda_stream, error);
+  } catch (const std::bad_alloc&) {
+    return fail(error, SIEVE_ERR_OUT_OF_MEMORY, "attend_cuda: out of host memory");
+  } catch (const std::exception& e) {
+    return fail(error, SIEVE_ERR_INTERNAL, std::string("attend_cuda: ") + e.what());
+  }
+}
+
+sieve_status attend_cuda(const sieve_attention_args& args, void* cuda_stream, std::string* error) {
+  return attend_cuda(args, CudaAttentionOptions{}, cuda_stream, error);
+}
+
+int cuda_attention_kv_splits(const sieve_attention_args& args, const CudaAttentionOptions& options,
+                             std::string* error) {
+  try {
+    DeviceGuard guard;
+    DeviceState* st = nullptr;
+    Plan plan;
+    if (check_and_plan(args, options, guard, &st, &plan, error) != SIEVE_OK) return 0;
+    return plan.row_path ? plan.splits : 1;
+  } catch (const std::exception& e) {
+    if (error) *error = std::string("cuda_attention_kv_splits: ") + e.what();
+    return 0;
+  }
+}
+
+sieve_status cuda_attention_check_errors(int device, void* cuda_stream, std::string* error) {
+  DeviceGuard guard;
+  if (cudaError_t e = guard.enter(device); e != cudaSuccess)
+    return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaSetDevice", e));
+  DeviceState* st = nullptr;
+  if (sieve_status r = device_state(device, &st, error); r != SIEVE_OK) return r;
+  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  ErrorRecord rec{};
+  cudaError_t e = cudaMemcpyAsync(&rec, st->err, sizeof rec, cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("reading the attention error record", e));
+  if (rec.code == cuda::kErrNone) return SIEVE_OK;
+  e = cudaMemsetAsync(st->err, 0, sizeof rec, stream);
+  if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaMemsetAsync(error record)", e));
+  auto n = [](long long v) { return std::to_string(v); };
+  std::string msg;
+  switch (rec.code) {
+    case cuda::kErrSelBlockRange:
+      msg = "selection row " + n(rec.a) + ": key block " + n(rec.c) + " at selection.indices[" + n(rec.b) +
+            "] is outside [0, " + n(rec.d) + ")";
+      break;
+    case cuda::kErrSelNotIncreasing:
+      msg = "selection row " + n(rec.a) + ": key blocks not strictly increasing at selection.indices[" +
+            n(rec.b) + "] (" + n(rec.c) + " after " + n(rec.d) + ")";
+      break;
+    case cuda::kErrSelIndptr:
+      msg = "selection row " + n(rec.a) + ": indptr range [" + n(rec.b) + ", " + n(rec.c) +
+            ") is not inside selection.capacity " + n(rec.d);
+      break;
+    case cuda::kErrPageId:
+      msg = "kv.indices: physical page " + n(rec.c) + " (sequence " + n(rec.a) + ", logical page " + n(rec.b) +
+            ") is outside the pool [0, " + n(rec.d) + ")";
+      break;
+    case cuda::kErrPageSlot:
+      msg = "kv.indptr: sequence " + n(rec.a) + ", logical page " + n(rec.b) + " maps to kv.indices[" + n(rec.c) +
+            "], outside its " + n(rec.d) + " entries";
+      break;
+    case cuda::kErrQRow:
+      msg = "q_rows[" + n(rec.a) + "]: query token " + n(rec.b) + " is outside [0, " + n(rec.c) + ")";
+      break;
+    default:
+      msg = "attention error record holds unknown code " + std::to_string(rec.code);
+  }
+  return fail(error, SIEVE_ERR_INVALID_ARGUMENT, "attend_cuda (device check): " + msg + " (entry skipped)");
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear it: no device is not an error for the caller
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace sieve::kernels

@@ -1,0 +1,285 @@
+// What the CUDA attention kernels share: the per-call parameter block, dtype conversion, the
+// device-side error record, and the small index helpers (sequence of a query token, query-block
+// offsets, page lookup). Internal to core/kernels/cuda.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace sieve::kernels::cuda {
+
+constexpr int kThreads = 128;  // every attention kernel runs 4-warp CTAs
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// Element dtype of q / out (runtime: read once per tile) and of the pages (a template argument).
+enum DType : int { kDtF32 = 0, kDtF16 = 1, kDtBF16 = 2 };
+
+// Bad contents found on the device (the host cannot see device arrays without a sync). The first
+// offender wins (atomicCAS on `code`); the kernels skip the bad entry and go on, so nothing reads
+// out of bounds. cuda_attention_check_errors() reads and clears it.
+enum ErrorCode : int {
+  kErrNone = 0,
+  kErrSelBlockRange = 1,    // a = row, b = entry, c = key block, d = key blocks of the sequence
+  kErrSelNotIncreasing = 2, // a = row, b = entry, c = key block, d = the previous key block
+  kErrSelIndptr = 3,        // a = row, b = begin, c = end, d = capacity
+  kErrPageId = 4,           // a = sequence, b = logical page, c = physical id, d = pool pages
+  kErrPageSlot = 5,         // a = sequence, b = logical page, c = slot in kv.indices, d = its length
+  kErrQRow = 6,             // a = q_rows entry, b = token, c = n_q_tokens
+};
+struct ErrorRecord {
+  int code;
+  int pad;
+  long long a, b, c, d;
+};
+
+static __device__ __noinline__ void record_error(ErrorRecord* e, int code, long long a, long long b, long long c,
+                                    long long d) {
+  if (atomicCAS(&e->code, 0, code) == 0) {
+    e->a = a;
+    e->b = b;
+    e->c = c;
+    e->d = d;
+  }
+}
+
+// Everything a kernel reads about one call. Built on the host from sieve_attention_args.
+struct AttnParams {
+  // queries and outputs (compact row-major [n_q_tokens, hq, d])
+  const void* q;
+  int q_dt;
+  void* out;
+  int out_dt;
+  float* lse;      // optional, natural log
+  float* lse_all;  // scratch lse for the statistics pass when the caller passed no lse, else null
+  const int32_t* qo_indptr;  // [batch + 1]
+  const int32_t* q_rows;     // null: work row r is token r
+  int32_t n_work;            // work rows: q_rows entries or n_q_tokens
+  int32_t n_q_tokens;
+  int32_t batch;
+  // pages
+  const void* k;
+  const void* v;
+  const int32_t* kv_indptr;
+  const int32_t* kv_indices;
+  const int32_t* kv_last;
+  int64_t kv_indices_len;
+  int64_t page_capacity;
+  int32_t page_size;
+  int32_t page_shift;  // log2(page_size) when a power of two, else -1
+  int32_t hq, hkv, group, d;
+  float scale_log2;  // logit scale * log2(e): scores live in the log2 domain
+  // selection (sel_heads < 0: dense)
+  int32_t sel_heads;
+  int32_t sel_h;
+  int32_t q_block;
+  int32_t k_block_pages;
+  const int32_t* sel_indptr;
+  const int32_t* sel_indices;
+  int64_t sel_capacity;
+  // head units: unit u = (KV head u / chunks, chunk u % chunks) covers query heads
+  // [kvh * group + chunk * hg, + min(hg, group - chunk * hg)); all of them read one selection row.
+  int32_t hg;
+  int32_t chunks;
+  // split-KV (row kernel): partial outputs [n_splits, n_work, hq, d] and lse [n_splits, n_work, hq]
+  int32_t n_splits;
+  float* part_o;
+  float* part_lse;
+  // page statistics
+  int32_t stats_h;  // page_mass columns: hkv or 1
+  float* page_mass;
+  ErrorRecord* err;
+};
+
+// ---- dtype conversion ------------------------------------------------------------------------
+
+__device__ inline float load_elem(const void* base, int dt, int64_t i) {
+  if (dt == kDtF32) return static_cast<const float*>(base)[i];
+  if (dt == kDtF16) return __half2float(static_cast<const __half*>(base)[i]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+}
+__device__ inline void store_elem(void* base, int dt, int64_t i, float v) {
+  if (dt == kDtF32) {
+    static_cast<float*>(base)[i] = v;
+  } else if (dt == kDtF16) {
+    static_cast<__half*>(base)[i] = __float2half_rn(v);
+  } else {
+    static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
+  }
+}
+
+// 16 bytes of storage elements -> f32.
+template <class T>
+struct Vec16;
+template <>
+struct Vec16<float> {
+  static constexpr int N = 4;
+  __device__ static void to_float(const uint4& r, float* f) {
+    f[0] = __uint_as_float(r.x);
+    f[1] = __uint_as_float(r.y);
+    f[2] = __uint_as_float(r.z);
+    f[3] = __uint_as_float(r.w);
+  }
+};
+template <>
+struct Vec16<__half> {
+  static constexpr int N = 8;
+  __device__ static void to_float(const uint4& r, float* f) {
+    const __half2* h = reinterpret_cast<const __half2*>(&r);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 x = __half22float2(h[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+};
+template <>
+struct Vec16<__nv_bfloat16> {
+  static constexpr int N = 8;
+  __device__ static void to_float(const uint4& r, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&r);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 x = __bfloat1622float2(h[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+};
+
+// ---- index helpers ---------------------------------------------------------------------------
+
+__device__ inline int32_t ceil_div_d(int32_t a, int32_t b) { return (a + b - 1) / b; }
+
+// The sequence holding query token `tok`: the last b with qo[b] <= tok (empty sequences share
+// their qo value with the next one, so the last such b is the one whose range contains tok).
+__device__ inline int32_t sequence_of(const int32_t* qo, int32_t batch, int32_t tok) {
+  int32_t lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) >> 1;
+    if (__ldg(qo + mid) <= tok) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// C_b: query blocks of the sequences before b. Every warp computes it for itself (lane-strided
+// sum + shuffle reduction), so no barrier is needed; only prefill selections with q_block > 1 ask.
+__device__ inline int64_t query_block_offset(const int32_t* qo, int32_t b, int32_t q_block) {
+  const int lane = threadIdx.x & 31;
+  int64_t s = 0;
+  for (int32_t i = lane; i < b; i += 32)
+    s += ceil_div_d(__ldg(qo + i + 1) - __ldg(qo + i), q_block);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+
+// Everything about the sequence of one query token.
+struct QueryToken {
+  int32_t tok;       // token index in q / out
+  int32_t b;         // sequence
+  int32_t local;     // index among the sequence's query tokens
+  int32_t kv_len;    // resident keys
+  int32_t n_pages;
+  int32_t page_base; // kv_indptr[b]
+  int32_t limit;     // keys [0, limit) are visible (causal)
+};
+
+__device__ inline QueryToken query_token(const AttnParams& p, int32_t tok) {
+  QueryToken t;
+  t.tok = tok;
+  t.b = sequence_of(p.qo_indptr, p.batch, tok);
+  const int32_t q0 = __ldg(p.qo_indptr + t.b), q1 = __ldg(p.qo_indptr + t.b + 1);
+  t.local = tok - q0;
+  t.page_base = __ldg(p.kv_indptr + t.b);
+  t.n_pages = __ldg(p.kv_indptr + t.b + 1) - t.page_base;
+  t.kv_len = t.n_pages > 0 ? (t.n_pages - 1) * p.page_size + __ldg(p.kv_last + t.b) : 0;
+  t.limit = t.kv_len - (q1 - q0) + t.local + 1;
+  if (t.limit > t.kv_len) t.limit = t.kv_len;
+  return t;
+}
+
+// Physical page of logical page `page` of a sequence, or -1 (recorded) when the page table is bad.
+__device__ inline int32_t physical_page(const AttnParams& p, int32_t b, int32_t page_base,
+                                        int32_t page) {
+  const int64_t slot = int64_t(page_base) + page;
+  if (slot < 0 || slot >= p.kv_indices_len) {
+    record_error(p.err, kErrPageSlot, b, page, slot, p.kv_indices_len);
+    return -1;
+  }
+  const int32_t id = __ldg(p.kv_indices + slot);
+  if (id < 0 || id >= p.page_capacity) {
+    record_error(p.err, kErrPageId, b, page, id, p.page_capacity);
+    return -1;
+  }
+  return id;
+}
+
+// Row range [begin, end) of selection row `row` in selection.indices, empty (recorded) when bad.
+__device__ inline void selection_row_range(const AttnParams& p, int64_t row, int32_t& begin,
+                                           int32_t& end) {
+  begin = __ldg(p.sel_indptr + row);
+  end = __ldg(p.sel_indptr + row + 1);
+  if (begin < 0 || end < begin || end > p.sel_capacity) {
+    record_error(p.err, kErrSelIndptr, row, begin, end, p.sel_capacity);
+    begin = end = 0;
+  }
+}
+
+// Key block of entry e of a row, or -1 (recorded) when out of range or not increasing.
+__device__ inline int32_t selected_block(const AttnParams& p, int64_t row, int32_t begin, int32_t e,
+                                         int32_t n_blocks) {
+  const int32_t j = __ldg(p.sel_indices + e);
+  if (j < 0 || j >= n_blocks) {
+    record_error(p.err, kErrSelBlockRange, row, e, j, n_blocks);
+    return -1;
+  }
+  if (e > begin) {
+    const int32_t prev = __ldg(p.sel_indices + e - 1);
+    if (prev >= j) {
+      record_error(p.err, kErrSelNotIncreasing, row, e, j, prev);
+      return -1;
+    }
+  }
+  return j;
+}
+
+// Query-block row index C_b + t of query token t (rows = this * sel_h + row head). Call it from
+// every thread of a warp: with q_block > 1 it reduces across the warp.
+__device__ inline int64_t query_row(const AttnParams& p, const QueryToken& t) {
+  if (p.q_block == 1) return t.tok;  // C_b = qo[b] when every query token is its own block
+  return query_block_offset(p.qo_indptr, t.b, p.q_block) + t.local / p.q_block;
+}
+
+// Row head a query head reads: 0, its KV head or itself.
+__device__ inline int32_t row_head(const AttnParams& p, int32_t q_head) {
+  return p.sel_heads == 0 ? 0 : p.sel_heads == 1 ? q_head / p.group : q_head;
+}
+
+// ---- launchers (one per kernel family, dispatching on storage dtype, head dim, heads/CTA) -----
+
+// Row kernel: one CTA per (work row, head unit, KV split); decode, and prefill rows listed in
+// q_rows. `kv_dt` is the storage dtype; p.hg must not exceed row_heads_per_cta(kv_dt, d).
+cudaError_t launch_row_attention(const AttnParams& p, int kv_dt, cudaStream_t stream);
+// Split-KV merge of the row kernel's partial states.
+cudaError_t launch_split_combine(const AttnParams& p, cudaStream_t stream);
+// Tiled causal prefill over every query token: grid (tiles, head units, batch).
+cudaError_t launch_prefill_attention(const AttnParams& p, int kv_dt, int32_t max_tiles,
+                                     int32_t tile_tokens, cudaStream_t stream);
+// Page statistics (decode) from the final lse: grid (max pages, work rows).
+cudaError_t launch_page_mass(const AttnParams& p, int kv_dt, int32_t max_pages,
+                             cudaStream_t stream);
+
+// Heads per CTA the row kernel is compiled for; a GQA group larger than this is chunked. Queries
+// and accumulators of every head live in registers: 8 heads of 16-bit storage at head_dim >= 64
+// need ~230 registers (2 CTAs per SM), so those take 4 (~170) and a group of 8 runs as two CTAs
+// whose K/V reads meet in L2 (they are neighbours in the grid).
+constexpr int kMaxHeadsPerCta = 8;
+inline int row_heads_per_cta(int kv_dt, int d) { return kv_dt != kDtF32 && d >= 64 ? 4 : 8; }
+
+}  // namespace sieve::kernels::cuda

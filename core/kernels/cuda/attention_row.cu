@@ -1,0 +1,307 @@
+// The row kernel: attention of single query tokens (decode, and the prefill rows listed in
+// q_rows) over the paged cache, GQA-aware, with split-KV.
+//
+// One CTA per (work row, head unit, KV split); the head unit varies fastest in the grid, so the
+// CTAs of one row (and one KV head's chunks) run together. A head unit is the set of query heads that share a
+// KV head and a selection row: the whole GQA group (chunked by kMaxHeadsPerCta), or one head for
+// PER_Q_HEAD selections. The CTA reads each K/V vector of its token range once from global memory
+// (16-byte loads) and applies it to all of the unit's heads, whose queries and accumulators sit in
+// registers. Threads: TX = head_dim / (16 / sizeof(storage)) lanes cover one token's head_dim; the
+// CTA's 128 / TX lane groups take tokens round robin, U tokens per step (loads in flight before
+// the first use), each group keeping an online softmax (log2 domain, f32) per head. The lane
+// groups merge through shared memory at the end. With one split the CTA writes out and lse; with
+// several it writes a partial state that launch_split_combine() merges by log-sum-exp.
+#include "attention_cuda_common.cuh"
+
+namespace sieve::kernels::cuda {
+namespace {
+
+
+template <class KT, int D, int HG>
+__global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParams p) {
+  constexpr int VEC = Vec16<KT>::N;
+  constexpr int TX = D / VEC;  // lanes per token
+  static_assert(TX >= 1 && 32 % TX == 0, "a token's lanes must tile a warp");
+  constexpr int NG = kThreads / TX;  // lane groups
+  constexpr int U = HG >= 8 ? 2 : 4;  // tokens per lane group per step
+  __shared__ float sm_m[NG][HG];
+  __shared__ float sm_l[NG][HG];
+  __shared__ __align__(16) float sm_acc[NG][HG][D];
+  __shared__ int32_t sm_page[kPageChunk];  // physical ids of the pages being read, -1: bad id
+
+  const int tid = threadIdx.x;
+  const int tx = tid % TX;
+  const int lg = tid / TX;
+  const int32_t units = p.hkv * p.chunks;
+  const int32_t r = blockIdx.x / units;
+  const int32_t unit = blockIdx.x % units;
+  const int32_t split = blockIdx.y;
+
+  int32_t tok = r;
+  if (p.q_rows) {
+    tok = __ldg(p.q_rows + r);
+    if (tok < 0 || tok >= p.n_q_tokens) {
+      if (tid == 0 && unit == 0 && split == 0) record_error(p.err, kErrQRow, r, tok, p.n_q_tokens, 0);
+      return;
+    }
+  }
+  const QueryToken qt = query_token(p, tok);
+  const int32_t kvh = unit / p.chunks;
+  const int32_t h0 = kvh * p.group + (unit % p.chunks) * p.hg;
+  const int32_t nh = min(p.hg, p.group - (unit % p.chunks) * p.hg);
+
+  // Queries of the unit's heads, this lane's slice of head_dim, pre-scaled into the log2 domain.
+  float q[HG][VEC];
+#pragma unroll
+  for (int g = 0; g < HG; ++g)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      q[g][e] = g < nh ? load_elem(p.q, p.q_dt, (int64_t(tok) * p.hq + h0 + g) * D + tx * VEC + e) *
+                             p.scale_log2
+                       : 0.f;
+
+  float m[HG], l[HG], acc[HG][VEC];
+#pragma unroll
+  for (int g = 0; g < HG; ++g) {
+    m[g] = kNegInf;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) acc[g][e] = 0.f;
+  }
+
+  const KT* kbase = static_cast<const KT*>(p.k);
+  const KT* vbase = static_cast<const KT*>(p.v);
+  const int P = p.page_size;
+
+  // Online softmax over keys [rs, re) of the sequence (CTA-uniform bounds: every lane runs the
+  // same steps, so the shuffles below see full warps, and the barriers are reached by all).
+  // The page table is read a chunk of pages at a time into shared memory, so a K/V load waits on
+  // a shared-memory read rather than on a dependent global load of its page id.
+  auto attend_range = [&](int32_t rs, int32_t re) {
+   const int32_t p_first = p.page_shift >= 0 ? rs >> p.page_shift : rs / P;
+   const int32_t p_end = (p.page_shift >= 0 ? (re - 1) >> p.page_shift : (re - 1) / P) + 1;
+   for (int32_t pc = p_first; pc < p_end; pc += kPageChunk) {
+    const int32_t n_chunk = min(kPageChunk, p_end - pc);
+    __syncthreads();  // the previous chunk's ids are no longer read
+    for (int i = tid; i < n_chunk; i += kThreads) sm_page[i] = physical_page(p, qt.b, qt.page_base, pc + i);
+    __syncthreads();
+    const int32_t ce = min(re, (pc + n_chunk) * P);
+    for (int32_t base = max(rs, pc * P); base < ce; base += NG * U) {
+      uint4 kr[U], vr[U];
+      bool ok[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int32_t t = base + lg + u * NG;
+        ok[u] = t < ce;
+        if (ok[u]) {
+          const int32_t page = p.page_shift >= 0 ? t >> p.page_shift : t / P;
+          const int32_t off = t - page * P;
+          const int32_t phys = sm_page[page - pc];
+          ok[u] = phys >= 0;
+          if (ok[u]) {
+            const int64_t at = ((int64_t(phys) * p.hkv + kvh) * P + off) * D + tx * VEC;
+            kr[u] = __ldg(reinterpret_cast<const uint4*>(kbase + at));
+            vr[u] = __ldg(reinterpret_cast<const uint4*>(vbase + at));
+          }
+        }
+      }
+      float s[U][HG];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float kf[VEC];
+        Vec16<KT>::to_float(ok[u] ? kr[u] : make_uint4(0, 0, 0, 0), kf);
+#pragma unroll
+        for (int g = 0; g < HG; ++g) {
+          float d = 0.f;
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) d = fmaf(q[g][e], kf[e], d);
+#pragma unroll
+          for (int o = TX / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+          s[u][g] = ok[u] ? d : kNegInf;
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < HG; ++g) {
+        float mx = m[g];
+#pragma unroll
+        for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[u][g]);
+        if (mx == kNegInf) continue;  // nothing visible yet for this lane group
+        const float alpha = exp2f(m[g] - mx);
+        m[g] = mx;
+        l[g] *= alpha;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[g][e] *= alpha;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const float pu = exp2f(s[u][g] - mx);  // 0 for masked tokens
+          l[g] += pu;
+          if (ok[u]) {
+            float vf[VEC];
+            Vec16<KT>::to_float(vr[u], vf);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[g][e] = fmaf(pu, vf[e], acc[g][e]);
+          }
+        }
+      }
+    }
+   }
+  };
+
+  if (p.sel_heads < 0) {
+    // Dense: split s takes an equal share of the visible pages.
+    const int32_t n_pages = ceil_div_d(qt.limit, P);
+    const int32_t per = ceil_div_d(n_pages, p.n_splits);
+    const int32_t pb = split * per;
+    const int32_t pe = min(pb + per, n_pages);
+    if (pb < pe) attend_range(pb * P, min(pe * P, qt.limit));
+  } else {
+    // Block-sparse: split s takes an equal share of the row's selected key blocks.
+    const int64_t row = query_row(p, qt) * p.sel_h + row_head(p, h0);
+    int32_t begin, end;
+    selection_row_range(p, row, begin, end);
+    const int32_t n_blocks = ceil_div_d(qt.n_pages, p.k_block_pages);
+    const int32_t per = ceil_div_d(end - begin, p.n_splits);
+    const int32_t e0 = begin + split * per;
+    const int32_t e1 = min(e0 + per, end);
+    const int32_t block_keys = p.k_block_pages * P;
+    for (int32_t e = e0; e < e1; ++e) {
+      const int32_t j = selected_block(p, row, begin, e, n_blocks);
+      if (j < 0) continue;
+      const int32_t rs = j * block_keys;
+      const int32_t re = min(rs + block_keys, qt.limit);
+      if (rs < re) attend_range(rs, re);
+    }
+  }
+
+  // Merge the lane groups.
+  if (tx == 0) {
+#pragma unroll
+    for (int g = 0; g < HG; ++g) {
+      sm_m[lg][g] = m[g];
+      sm_l[lg][g] = l[g];
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < HG; ++g)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) sm_acc[lg][g][tx * VEC + e] = acc[g][e];
+  __syncthreads();
+
+  for (int i = tid; i < nh * D; i += kThreads) {
+    const int g = i / D, d = i % D;
+    float mx = kNegInf;
+    for (int j = 0; j < NG; ++j) mx = fmaxf(mx, sm_m[j][g]);
+    float L = 0.f, O = 0.f;
+    if (mx != kNegInf) {
+      for (int j = 0; j < NG; ++j) {
+        const float w = exp2f(sm_m[j][g] - mx);
+        L = fmaf(sm_l[j][g], w, L);
+        O = fmaf(sm_acc[j][g][d], w, O);
+      }
+    }
+    const int32_t h = h0 + g;
+    const float o = L > 0.f ? O / L : 0.f;  // a row that attended nothing outputs 0
+    const float lse = L > 0.f ? (mx + log2f(L)) * kLn2 : kNegInf;
+    if (p.n_splits == 1) {
+      store_elem(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + d, o);
+      if (d == 0) {
+        if (p.lse) p.lse[int64_t(tok) * p.hq + h] = lse;
+        if (p.lse_all) p.lse_all[int64_t(tok) * p.hq + h] = lse;
+      }
+    } else {
+      const int64_t slot = (int64_t(split) * p.n_work + r) * p.hq + h;
+      p.part_o[slot * D + d] = o;
+      if (d == 0) p.part_lse[slot] = lse;
+    }
+  }
+}
+
+// Merge the split-KV partial states of one (work row, query head): out = Σ_s w_s o_s / Σ_s w_s,
+// w_s = exp(lse_s - max lse).
+__global__ void __launch_bounds__(kThreads) split_combine_kernel(const AttnParams p) {
+  extern __shared__ float sm_w[];  // [n_splits]
+  __shared__ float sm_lse;
+  const int32_t r = blockIdx.x, h = blockIdx.y;
+  int32_t tok = r;
+  if (p.q_rows) {
+    tok = __ldg(p.q_rows + r);
+    if (tok < 0 || tok >= p.n_q_tokens) return;  // recorded by the row kernel
+  }
+  const int S = p.n_splits;
+  if (threadIdx.x == 0) {
+    float mx = kNegInf;
+    for (int s = 0; s < S; ++s) mx = fmaxf(mx, p.part_lse[(int64_t(s) * p.n_work + r) * p.hq + h]);
+    float sum = 0.f;
+    for (int s = 0; s < S; ++s) {
+      const float ls = p.part_lse[(int64_t(s) * p.n_work + r) * p.hq + h];
+      const float w = mx == kNegInf ? 0.f : expf(ls - mx);
+      sm_w[s] = w;
+      sum += w;
+    }
+    for (int s = 0; s < S; ++s) sm_w[s] = sum > 0.f ? sm_w[s] / sum : 0.f;
+    sm_lse = sum > 0.f ? mx + logf(sum) : kNegInf;
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < p.d; d += kThreads) {
+    float o = 0.f;
+    for (int s = 0; s < S; ++s) {
+      const float w = sm_w[s];
+      if (w > 0.f) o = fmaf(w, p.part_o[((int64_t(s) * p.n_work + r) * p.hq + h) * p.d + d], o);
+    }
+    store_elem(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * p.d + d, o);
+  }
+  if (threadIdx.x == 0) {
+    if (p.lse) p.lse[int64_t(tok) * p.hq + h] = sm_lse;
+    if (p.lse_all) p.lse_all[int64_t(tok) * p.hq + h] = sm_lse;
+  }
+}
+
+template <class KT, int D, int HG>
+cudaError_t launch_hg(const AttnParams& p, cudaStream_t stream) {
+  const dim3 grid(unsigned(p.n_work) * unsigned(p.hkv * p.chunks), unsigned(p.n_splits));
+  row_attention_kernel<KT, D, HG><<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class KT, int D>
+cudaError_t launch_d(const AttnParams& p, cudaStream_t stream) {
+  constexpr int kMaxHg = sizeof(KT) == 4 || D < 64 ? 8 : 4;  // row_heads_per_cta
+  if (p.hg > kMaxHg) return cudaErrorInvalidConfiguration;
+  switch (p.hg) {
+    case 1: return launch_hg<KT, D, 1>(p, stream);
+    case 2: return launch_hg<KT, D, 2>(p, stream);
+    case 3:
+    case 4: return launch_hg<KT, D, 4>(p, stream);
+    default:
+      if constexpr (kMaxHg == 8) return launch_hg<KT, D, 8>(p, stream);
+      return cudaErrorInvalidConfiguration;
+  }
+}
+
+template <class KT>
+cudaError_t launch_kt(const AttnParams& p, cudaStream_t stream) {
+  switch (p.d) {
+    case 8: return launch_d<KT, 8>(p, stream);
+    case 64: return launch_d<KT, 64>(p, stream);
+    case 128: return launch_d<KT, 128>(p, stream);
+    default: return cudaErrorInvalidValue;  // the host refuses other head dims first
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_row_attention(const AttnParams& p, int kv_dt, cudaStream_t stream) {
+  switch (kv_dt) {
+    case kDtF32: return launch_kt<float>(p, stream);
+    case kDtF16: return launch_kt<__half>(p, stream);
+    default: return launch_kt<__nv_bfloat16>(p, stream);
+  }
+}
+
+cudaError_t launch_split_combine(const AttnParams& p, cudaStream_t stream) {
+  const dim3 grid(unsigned(p.n_work), unsigned(p.hq));
+  split_combine_kernel<<<grid, kThreads, size_t(p.n_splits) * sizeof(float), stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace sieve::kernels::cuda

@@ -1,0 +1,32 @@
+// The core attention kernel on the CPU: dense or block-sparse paged attention, decode or causal
+// prefill, optionally for a subset of query rows, optionally emitting page statistics
+// (semantics: api/sieve/attention.h).
+#pragma once
+#include <string>
+
+#include "sieve/attention.h"
+
+namespace sieve::kernels {
+
+// Tuning knobs; the defaults are what the runtime uses. Tests and benchmarks set them to reach
+// every code path on any machine.
+struct CpuAttentionOptions {
+  int threads = 0;       // OpenMP threads for this call; 0: omp_get_max_threads()
+  int kv_splits = 0;     // decode split-KV chunks per (sequence, head group): 0 auto, 1 off
+  bool use_blas = true;  // cblas_sgemm for prefill tiles with head_dim >= 32 and >= 16 rows
+};
+
+// Runs `args` with every tensor in host memory (kDLCPU). Checks the arguments
+// (check_attention_args), the page table's physical ids, the selection's contents (key blocks in
+// range, strictly increasing) and q_rows before computing anything; on failure returns
+// SIEVE_ERR_INVALID_ARGUMENT (SIEVE_ERR_UNSUPPORTED for requests v1 does not do, e.g. prefill
+// statistics) with one line naming the offending argument, row and index in *error (when
+// error != nullptr). Never throws.
+//
+// f32 accumulation whatever the storage dtype; rows not computed (q_rows) are left untouched in
+// `out` and `lse`; page_mass rows of pages no computed query attended are 0.
+sieve_status attend_cpu(const sieve_attention_args& args, std::string* error);
+sieve_status attend_cpu(const sieve_attention_args& args, const CpuAttentionOptions& options,
+                        std::string* error);
+
+}  // namespace sieve::kernels

@@ -1,0 +1,40 @@
+// What the CUDA attention kernel offers beyond attention_cuda.hpp: tuning knobs for tests and
+// benchmarks, the split-KV count it would pick, and the device-side content checks.
+//
+// Why device-side checks: selection lists, page tables and q_rows live on the device, and reading
+// them on the host would synchronise. So attend_cuda does not look at their contents up front; its
+// kernels skip any out-of-range or misordered entry (nothing is read out of bounds) and record the
+// first offender in a small per-device record. The host asks for it when it syncs anyway
+// (cuda_attention_check_errors), and reports the plugin that produced the bad selection.
+#pragma once
+#include <string>
+
+#include "sieve/attention.h"
+
+namespace sieve::kernels {
+
+struct CudaAttentionOptions {
+  // Split-KV chunks of the row kernel (decode, and prefill rows listed in q_rows) per
+  // (query row, head unit): 0 = automatic (from the SM count), 1 = off, n = exactly n (<= 256).
+  int kv_splits = 0;
+};
+
+// attend_cuda (attention_cuda.hpp) with explicit options.
+sieve_status attend_cuda(const sieve_attention_args& args, const CudaAttentionOptions& options,
+                         void* cuda_stream, std::string* error);
+
+// The split-KV count attend_cuda would use for `args` (1 when it would not split, e.g. a tiled
+// prefill). Returns 0 and writes *error when attend_cuda would refuse the arguments. Host-only: no
+// device work besides reading the device's SM count once.
+int cuda_attention_kv_splits(const sieve_attention_args& args, const CudaAttentionOptions& options,
+                             std::string* error);
+
+// Waits for `cuda_stream` (this call synchronises), then reads and clears the first bad entry the
+// attention kernels met on CUDA device `device` since the last check: a selection key block out of
+// range or not strictly increasing, a selection row outside its indices, a page id outside the
+// pool, a q_rows entry outside the query tokens. SIEVE_OK when there was none; else
+// SIEVE_ERR_INVALID_ARGUMENT and one line naming the row and entry in *error. SIEVE_ERR_DEVICE when
+// a CUDA call fails (the stream's own error included).
+sieve_status cuda_attention_check_errors(int device, void* cuda_stream, std::string* error);
+
+}  // namespace sieve::kernels

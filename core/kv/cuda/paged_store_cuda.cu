@@ -1,0 +1,410 @@
+// Paged KV store on a CUDA device.
+//
+// Memory: each layer's K, V (and pre-RoPE K) pool of pages_per_layer pages, the per-layer view
+// arrays (indptr [max_batch + 1], indices [pages_per_layer], last_page_len [max_batch]) and every
+// sidecar are allocated once, in the constructor / register_sidecar, through the host's
+// services->alloc on {kDLCUDA, device}, and freed through services->free in the destructor.
+// Eviction returns pages to the free list, so bytes_in_use drops and the pages are reused by
+// later appends, but the device pool itself stays reserved (unlike the CPU store, which gives
+// evicted pages back to the OS): a device pool cannot be partially released, and a page-granular
+// device allocator would put allocation on the hot path.
+//
+// Work: everything is enqueued on services->cuda_stream(host_ctx) and nothing synchronises.
+// append scatters the new tokens with one kernel per staging chunk (dtype conversion f32 / f16 /
+// bf16 -> storage dtype, strided input rows allowed); view uploads the page table of the listed
+// sequences; a sidecar's slots of a newly taken page are zeroed with cudaMemsetAsync (runs of
+// consecutive page ids merged into one memset).
+//
+// Host -> device without a synchronisation: the slot lists and view arrays are produced on the
+// host, so they go through a pinned staging ring (kStages buffers of kStageBytes, allocated at
+// setup with cudaMallocHost). Each upload takes the next buffer, waits on the host for the event
+// recorded after that buffer's previous copy (a wait on a copy enqueued kStages uploads ago,
+// normally long done), fills it, enqueues cudaMemcpyAsync and records the event again. Uploads
+// larger than a buffer are split into chunks. The device-side destination of slot lists is one
+// buffer reused by every chunk: stream order puts each copy after the kernel that read the
+// previous chunk.
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "sieve/kv/paged_store.hpp"
+#include "sieve/kv/paged_store_api.hpp"
+#include "sieve/util/error.hpp"
+#include "sieve/util/tensor.hpp"
+
+namespace sieve::kv {
+namespace {
+
+constexpr int kStages = 4;
+constexpr size_t kStageBytes = size_t(256) << 10;
+constexpr int64_t kSlotsPerChunk = int64_t(kStageBytes / sizeof(TokenSlot));
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    fail(SIEVE_ERR_DEVICE, std::string("paged-cuda store: ") + what + " failed: " + cudaGetErrorName(e) +
+                               " (" + cudaGetErrorString(e) + ")");
+}
+
+// ---- the scatter kernel ------------------------------------------------------------------------
+
+template <class T>
+__device__ inline float to_f32(T v);
+template <>
+__device__ inline float to_f32<float>(float v) { return v; }
+template <>
+__device__ inline float to_f32<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ inline float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T>
+__device__ inline T from_f32(float v);
+template <>
+__device__ inline float from_f32<float>(float v) { return v; }
+template <>
+__device__ inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Same dtype: copy the bits (NaN payloads included), as the CPU store's memcpy does.
+template <class S, class D>
+__device__ inline D convert(S v) {
+  if constexpr (std::is_same_v<S, D>) return v;
+  else return from_f32<D>(to_f32<S>(v));
+}
+
+struct ScatterSource {
+  const void* data;  // element 0 of the [n_tokens, n_kv_heads, head_dim] input
+  int64_t s0, s1;    // strides (elements) of token and head; head_dim is unit-stride
+  void* pool;        // destination pages [pages, n_kv_heads, page_size, head_dim]
+};
+
+// One thread per (slot, head, dim): row `src` of the input lands in (page, offset).
+template <class S, class D>
+__global__ void scatter_tokens(const TokenSlot* slots, int64_t n_slots, int32_t hkv, int32_t page_size,
+                               int32_t head_dim, ScatterSource src) {
+  const int64_t total = n_slots * hkv * head_dim;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t d = int32_t(i % head_dim);
+    const int32_t h = int32_t((i / head_dim) % hkv);
+    const TokenSlot ts = slots[i / (int64_t(head_dim) * hkv)];
+    const S v = static_cast<const S*>(src.data)[ts.src * src.s0 + h * src.s1 + d];
+    const int64_t dst = ((int64_t(ts.page) * hkv + h) * page_size + ts.offset) * head_dim + d;
+    static_cast<D*>(src.pool)[dst] = convert<S, D>(v);
+  }
+}
+
+template <class S, class D>
+cudaError_t launch_scatter(const TokenSlot* slots, int64_t n, int32_t hkv, int32_t page_size,
+                           int32_t head_dim, const ScatterSource& src, cudaStream_t stream) {
+  const int64_t total = n * hkv * head_dim;
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535);
+  scatter_tokens<S, D><<<unsigned(blocks), threads, 0, stream>>>(slots, n, hkv, page_size, head_dim, src);
+  return cudaGetLastError();
+}
+
+template <class D>
+cudaError_t scatter_to(DLDataType src_dt, const TokenSlot* slots, int64_t n, int32_t hkv, int32_t page_size,
+                       int32_t head_dim, const ScatterSource& src, cudaStream_t stream) {
+  if (same_dtype(src_dt, kF32)) return launch_scatter<float, D>(slots, n, hkv, page_size, head_dim, src, stream);
+  if (same_dtype(src_dt, kF16)) return launch_scatter<__half, D>(slots, n, hkv, page_size, head_dim, src, stream);
+  return launch_scatter<__nv_bfloat16, D>(slots, n, hkv, page_size, head_dim, src, stream);
+}
+
+cudaError_t scatter(DLDataType src_dt, DLDataType dst_dt, const TokenSlot* slots, int64_t n, int32_t hkv,
+                    int32_t page_size, int32_t head_dim, const ScatterSource& src, cudaStream_t stream) {
+  if (same_dtype(dst_dt, kF32)) return scatter_to<float>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
+  if (same_dtype(dst_dt, kF16)) return scatter_to<__half>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
+  return scatter_to<__nv_bfloat16>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
+}
+
+// Makes the store's device current for the scope of a call.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check_cuda(cudaGetDevice(&prev_), "cudaGetDevice");
+    if (prev_ != device) {
+      check_cuda(cudaSetDevice(device), "cudaSetDevice");
+      changed_ = true;
+    }
+  }
+  ~DeviceScope() {
+    if (changed_) cudaSetDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
+
+// ---- the store ---------------------------------------------------------------------------------
+
+class PagedCudaStore final : public PagedStoreBase {
+ public:
+  PagedCudaStore(const sieve_host_services* services, const sieve_kv_config& config)
+      : PagedStoreBase(services, config) {
+    const auto& g = config.geometry;
+    require(g.device.device_type == kDLCUDA, SIEVE_ERR_INVALID_ARGUMENT,
+            "paged-cuda store: geometry.device must be cuda, got " + device_name(g.device));
+    require(services && services->hdr.struct_size >= sizeof(sieve_host_services) && services->alloc &&
+                services->free,
+            SIEVE_ERR_INVALID_ARGUMENT, "paged-cuda store: host services with alloc/free are required");
+    require(g.max_batch > 0, SIEVE_ERR_INVALID_ARGUMENT,
+            "paged-cuda store: geometry.max_batch must be > 0 (it sizes the view arrays), got " +
+                std::to_string(g.max_batch));
+    int n = 0;
+    check_cuda(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+    require(g.device.device_id >= 0 && g.device.device_id < n, SIEVE_ERR_INVALID_ARGUMENT,
+            "paged-cuda store: " + device_name(g.device) + " does not exist (" + std::to_string(n) +
+                " CUDA devices)");
+    stream_ = services->cuda_stream ? static_cast<cudaStream_t>(services->cuda_stream(services->host_ctx)) : nullptr;
+    try {
+      allocate_pools();
+    } catch (...) {
+      release_all();
+      throw;
+    }
+  }
+  ~PagedCudaStore() override { release_all(); }
+
+ protected:
+  struct Layer {
+    void* k = nullptr;
+    void* v = nullptr;
+    void* k_pre = nullptr;
+    int32_t* indptr = nullptr;  // view arrays on the device
+    int32_t* indices = nullptr;
+    int32_t* last = nullptr;
+    std::array<int64_t, 4> page_shape{};
+    std::array<int64_t, 1> indptr_shape{}, indices_shape{}, last_shape{};
+    std::vector<void*> sidecars;  // per slot
+    std::vector<std::array<int64_t, 3>> sidecar_shapes;
+  };
+
+  DLDevice device() const override { return geometry().device; }
+
+  void allocate_pools() override {
+    const auto& g = geometry();
+    DeviceScope scope(g.device.device_id);
+    const size_t pool = size_t(config().pages_per_layer) * page_elems() * elem_bytes();
+    layers_.resize(size_t(g.n_layers));
+    for (auto& l : layers_) {
+      l.k = device_alloc(pool, "K pages");
+      l.v = device_alloc(pool, "V pages");
+      if (config().keep_pre_rope_k) l.k_pre = device_alloc(pool, "pre-RoPE K pages");
+      l.indptr = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * (size_t(g.max_batch) + 1), "view indptr"));
+      l.indices = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(config().pages_per_layer), "view indices"));
+      l.last = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(g.max_batch), "view last_page_len"));
+      l.page_shape = {config().pages_per_layer, g.n_kv_heads, g.page_size, g.head_dim};
+    }
+    device_slots_ = static_cast<TokenSlot*>(device_alloc(kStageBytes, "token slot list"));
+    void* host = nullptr;
+    check_cuda(cudaMallocHost(&host, kStageBytes * kStages), "cudaMallocHost(staging ring)");
+    staging_ = static_cast<char*>(host);
+    for (auto& ev : stage_done_) check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    events_made_ = true;
+  }
+
+  void write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a) override {
+    const auto& g = geometry();
+    DeviceScope scope(g.device.device_id);
+    flush_sidecar_clears();
+    Layer& l = layers_[size_t(layer)];
+    auto source = [&](const DLTensor* t, void* pool) {
+      require(t->device.device_id == g.device.device_id, SIEVE_ERR_INVALID_ARGUMENT,
+              "append: input on " + device_name(t->device) + ", the store is on " + device_name(g.device));
+      return ScatterSource{data_ptr<const void>(*t), stride(*t, 0), stride(*t, 1), pool};
+    };
+    const ScatterSource k = source(a.k, l.k), v = source(a.v, l.v);
+    const ScatterSource kp = config().keep_pre_rope_k ? source(a.k_pre_rope, l.k_pre) : ScatterSource{};
+    for (size_t begin = 0; begin < slots.size(); begin += size_t(kSlotsPerChunk)) {
+      const int64_t n = std::min<int64_t>(kSlotsPerChunk, int64_t(slots.size() - begin));
+      upload(device_slots_, slots.data() + begin, size_t(n) * sizeof(TokenSlot));
+      check_cuda(scatter(a.k->dtype, g.kv_dtype, device_slots_, n, g.n_kv_heads, g.page_size, g.head_dim, k, stream_),
+                 "scatter kernel launch (K)");
+      check_cuda(scatter(a.v->dtype, g.kv_dtype, device_slots_, n, g.n_kv_heads, g.page_size, g.head_dim, v, stream_),
+                 "scatter kernel launch (V)");
+      if (config().keep_pre_rope_k)
+        check_cuda(scatter(a.k_pre_rope->dtype, g.kv_dtype, device_slots_, n, g.n_kv_heads, g.page_size,
+                           g.head_dim, kp, stream_),
+                   "scatter kernel launch (pre-RoPE K)");
+    }
+  }
+
+  void allocate_sidecar(int32_t slot) override {
+    const Sidecar& s = sidecars_[size_t(slot)];
+    DeviceScope scope(geometry().device.device_id);
+    const size_t bytes = size_t(config().pages_per_layer) * s.bytes_per_page;
+    size_t done = 0;
+    for (auto& l : layers_) {  // no reallocation (and no throw) inside the loop below
+      l.sidecars.reserve(l.sidecars.size() + 1);
+      l.sidecar_shapes.reserve(l.sidecar_shapes.size() + 1);
+    }
+    try {
+      for (auto& l : layers_) {
+        void* p = raw_alloc(bytes, "sidecar");
+        l.sidecars.push_back(p);
+        l.sidecar_shapes.push_back({config().pages_per_layer, geometry().n_kv_heads, s.elems_per_head});
+        ++done;
+        check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync(sidecar)");
+      }
+    } catch (...) {  // leave no half-registered slot behind (the base pops the descriptor)
+      for (size_t i = 0; i < done; ++i) {
+        services_->free(services_->host_ctx, geometry().device, layers_[i].sidecars.back());
+        layers_[i].sidecars.pop_back();
+        layers_[i].sidecar_shapes.pop_back();
+      }
+      throw;
+    }
+  }
+
+  // Called for every page taken, before write_tokens: runs of consecutive page ids of one
+  // (layer, slot) collapse into one memset, issued at the next flush.
+  void clear_sidecar_page(int32_t layer, int32_t slot, int32_t page) override {
+    // The base clears every slot of a page in turn, so a slot's open run is among the last few.
+    const size_t look = std::min(pending_.size(), sidecars_.size());
+    for (size_t i = pending_.size(); i > pending_.size() - look; --i) {
+      ClearRun& r = pending_[i - 1];
+      if (r.layer == layer && r.slot == slot) {
+        if (r.first + r.count == page) {
+          ++r.count;
+          return;
+        }
+        break;
+      }
+    }
+    pending_.push_back({layer, slot, page, 1});
+  }
+
+  void release_pages(int32_t, const std::vector<int32_t>&) override {
+    // The pool stays reserved (see the header comment); the base returns the ids to the free list.
+  }
+
+  void publish_view(int32_t layer, const ViewArrays& v, sieve_paged_kv* out) override {
+    const auto& g = geometry();
+    require(v.last_page_len.size() <= size_t(g.max_batch), SIEVE_ERR_CAPACITY,
+            "view: batch " + std::to_string(v.last_page_len.size()) + " exceeds geometry.max_batch " +
+                std::to_string(g.max_batch) + " (the device view arrays are sized at setup)");
+    DeviceScope scope(g.device.device_id);
+    flush_sidecar_clears();
+    Layer& l = layers_[size_t(layer)];
+    upload(l.indptr, v.indptr.data(), v.indptr.size() * sizeof(int32_t));
+    upload(l.indices, v.indices.data(), v.indices.size() * sizeof(int32_t));
+    upload(l.last, v.last_page_len.data(), v.last_page_len.size() * sizeof(int32_t));
+    const DLDataType dt = g.kv_dtype;
+    out->k_pages = make_view(l.k, g.device, dt, 4, l.page_shape.data());
+    out->v_pages = make_view(l.v, g.device, dt, 4, l.page_shape.data());
+    out->k_pre_rope_pages = make_view(l.k_pre, g.device, dt, 4, l.page_shape.data());
+    l.indptr_shape[0] = int64_t(v.indptr.size());
+    l.indices_shape[0] = int64_t(v.indices.size());
+    l.last_shape[0] = int64_t(v.last_page_len.size());
+    out->indptr = make_view(l.indptr, g.device, kI32, 1, l.indptr_shape.data());
+    out->indices = make_view(l.indices, g.device, kI32, 1, l.indices_shape.data());
+    out->last_page_len = make_view(l.last, g.device, kI32, 1, l.last_shape.data());
+    out->indptr_host = v.indptr.data();
+    out->last_page_len_host = v.last_page_len.data();
+  }
+
+  void sidecar_tensor(int32_t layer, int32_t slot, DLTensor* out) override {
+    {
+      DeviceScope scope(geometry().device.device_id);
+      flush_sidecar_clears();
+    }
+    Layer& l = layers_[size_t(layer)];
+    *out = make_view(l.sidecars[size_t(slot)], geometry().device, sidecars_[size_t(slot)].dtype, 3,
+                     l.sidecar_shapes[size_t(slot)].data());
+  }
+
+ private:
+  struct ClearRun {
+    int32_t layer, slot, first, count;
+  };
+
+  void* raw_alloc(size_t bytes, const char* what) {
+    void* p = services_->alloc(services_->host_ctx, geometry().device, bytes, 256);
+    require(p != nullptr, SIEVE_ERR_OUT_OF_MEMORY,
+            std::string("paged-cuda store: cannot allocate ") + std::to_string(bytes) + " bytes of " +
+                device_name(geometry().device) + " memory for " + what);
+    return p;
+  }
+  // An allocation freed with the store (pools, view arrays, the slot list).
+  void* device_alloc(size_t bytes, const char* what) {
+    owned_.reserve(owned_.size() + 1);  // so push_back cannot throw after the allocation
+    void* p = raw_alloc(bytes, what);
+    owned_.push_back(p);
+    return p;
+  }
+
+  // Host -> device copy through the pinned ring, split into buffer-sized chunks.
+  void upload(void* dst, const void* src, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += kStageBytes) {
+      const size_t n = std::min(kStageBytes, bytes - off);
+      const int s = next_stage_;
+      next_stage_ = (next_stage_ + 1) % kStages;
+      // Host wait on the copy enqueued kStages uploads ago from this buffer (not a device sync).
+      check_cuda(cudaEventSynchronize(stage_done_[s]), "cudaEventSynchronize(staging buffer)");
+      char* stage = staging_ + size_t(s) * kStageBytes;
+      std::memcpy(stage, static_cast<const char*>(src) + off, n);
+      check_cuda(cudaMemcpyAsync(static_cast<char*>(dst) + off, stage, n, cudaMemcpyHostToDevice, stream_),
+                 "cudaMemcpyAsync(staging -> device)");
+      check_cuda(cudaEventRecord(stage_done_[s], stream_), "cudaEventRecord(staging buffer)");
+    }
+  }
+
+  void flush_sidecar_clears() {
+    for (const ClearRun& r : pending_) {
+      const Sidecar& s = sidecars_[size_t(r.slot)];
+      char* base = static_cast<char*>(layers_[size_t(r.layer)].sidecars[size_t(r.slot)]);
+      check_cuda(cudaMemsetAsync(base + size_t(r.first) * s.bytes_per_page, 0, size_t(r.count) * s.bytes_per_page,
+                                 stream_),
+                 "cudaMemsetAsync(sidecar pages)");
+    }
+    pending_.clear();
+  }
+
+  void release_all() noexcept {
+    const int dev = geometry().device.device_id;
+    int prev = 0;
+    const bool have_prev = cudaGetDevice(&prev) == cudaSuccess;
+    if (have_prev && prev != dev) cudaSetDevice(dev);
+    // Pending device work may still read the pools and the staging ring: drain the stream first
+    // (teardown is not the hot path).
+    cudaStreamSynchronize(stream_);
+    if (events_made_)
+      for (auto& ev : stage_done_) cudaEventDestroy(ev);
+    events_made_ = false;
+    if (staging_) cudaFreeHost(staging_);
+    staging_ = nullptr;
+    for (void* p : owned_) services_->free(services_->host_ctx, geometry().device, p);
+    for (auto& l : layers_)
+      for (void* p : l.sidecars) services_->free(services_->host_ctx, geometry().device, p);
+    owned_.clear();
+    layers_.clear();
+    if (have_prev && prev != dev) cudaSetDevice(prev);
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::vector<Layer> layers_;
+  std::vector<void*> owned_;  // pools and view arrays (sidecars are owned by their layer)
+  TokenSlot* device_slots_ = nullptr;
+  char* staging_ = nullptr;
+  std::array<cudaEvent_t, kStages> stage_done_{};
+  bool events_made_ = false;
+  int next_stage_ = 0;
+  std::vector<ClearRun> pending_;
+};
+
+}  // namespace
+
+const sieve_kv_store_api* paged_cuda_store_api() { return make_store_api<PagedCudaStore>("paged-cuda"); }
+
+}  // namespace sieve::kv

@@ -1,0 +1,66 @@
+// ABI conformance of a plugin binary (what `sieve conform PLUGIN.so` and CI run).
+//
+// Static part (conformance_static.cpp; no GPU, no KV store): the file, the entry symbol, major
+// negotiation (the host's major, a newer one, 0), every table's size and version, the
+// descriptor, the parameter schema, validate() on a plausible and on impossible geometries, and
+// create() with a wrong-length value array and with an impossible geometry.
+// Numeric part (conformance_numeric.cpp, by the runtime lead): hooks run on real tensors against
+// the dense f64 reference, and error paths with bad tensors.
+//
+// Isolation: each part runs in a forked child process by default, so a plugin that crashes or
+// hangs fails the check it was in ("crashed with SIGSEGV during <check>") instead of taking the
+// conformance run down with it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sieve/runtime/loader.hpp"
+
+namespace sieve::runtime {
+
+struct ConformCheck {
+  std::string name;
+  bool passed = false;
+  bool skipped = false;
+  std::string detail;
+};
+
+struct ConformReport {
+  std::string plugin_path;
+  std::vector<ConformCheck> checks;
+
+  // No check failed and at least one ran.
+  bool passed() const;
+  const ConformCheck* find(const std::string& name) const;
+  void pass(const std::string& name, const std::string& detail = "");
+  void fail(const std::string& name, const std::string& detail);
+  void skip(const std::string& name, const std::string& detail);
+};
+
+struct ConformOptions {
+  bool isolate = true;   // run plugin code in a forked child (see above)
+  int timeout_s = 120;   // per part, in the child; then the child is killed and the check fails
+};
+
+// The static checks. Check names (stable; tests and CI refer to them):
+//   file, entry_symbol, score, negotiate_host_major, negotiate_newer_host, negotiate_major_0,
+//   plugin_table, policy_table, descriptor, schema, kv_store_table,
+//   validate_accepts_declared, validate_rejects_head_dim_0, validate_rejects_gqa_mismatch,
+//   validate_rejects_page_size_0, validate_rejects_unlisted_head_dim,
+//   validate_rejects_unlisted_page_size, validate_rejects_unsupported_dtype,
+//   validate_rejects_unsupported_device, create_rejects_missing_values,
+//   create_rejects_head_dim_0
+ConformReport conform_static(const std::string& path, const ConformOptions& options = {});
+
+// True when the static checks the numeric part relies on (file through descriptor and schema)
+// all passed, so the plugin can be loaded and its hooks called.
+bool static_gate_passed(const ConformReport& report);
+
+// The numeric / device part, appended to `report` (conformance_numeric.cpp).
+void conform_numeric(const LoadedPlugin& plugin, ConformReport* report);
+
+// conform_static, then (if static_gate_passed) load the plugin and conform_numeric.
+ConformReport conform(const std::string& path, const ConformOptions& options = {});
+
+}  // namespace sieve::runtime

@@ -1,0 +1,44 @@
+// Where plugins are looked for, in order (first match wins, see registry.hpp for duplicates):
+//   1. every explicit --plugin-dir, in the order given;
+//   2. SIEVE_PLUGIN_PATH, colon-separated (ignored in a setuid/setgid process: AT_SECURE);
+//   3. <directory of the executable>/../lib/sieve/plugins (a build tree or an install prefix);
+//   4. the install libdir, <CMAKE_INSTALL_FULL_LIBDIR>/sieve/plugins.
+// A directory listed twice is searched once, at its first place. Plugin files are named
+// libsieve_<anything>.so; other files are ignored. Nothing here needs a GPU.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace sieve::runtime {
+
+struct DiscoveryOptions {
+  std::vector<std::string> plugin_dirs;  // explicit directories (--plugin-dir)
+  bool use_env = true;                   // SIEVE_PLUGIN_PATH
+  bool use_exe_dir = true;               // <exe dir>/../lib/sieve/plugins
+  bool use_install_dir = true;           // the install libdir
+};
+
+struct SearchDir {
+  std::string path;
+  std::string source;  // "--plugin-dir", "SIEVE_PLUGIN_PATH", "executable", "install"
+};
+
+// The ordered search path. Directories that do not exist are kept (listing says so); duplicates
+// (same canonical path) are dropped after their first occurrence.
+std::vector<SearchDir> plugin_search_path(const DiscoveryOptions& options);
+
+// The plugin files of one directory, sorted by name ([] if it does not exist or is unreadable).
+std::vector<std::string> plugin_files_in(const std::string& dir);
+
+// True when the process runs setuid/setgid (or with other AT_SECURE conditions), where the
+// environment must not choose which code is loaded.
+bool running_secure();
+
+// The directory discovery derives from the executable: <exe dir>/../lib/sieve/plugins.
+std::string exe_relative_plugin_dir();
+
+// The compiled-in install directory.
+std::string install_plugin_dir();
+
+}  // namespace sieve::runtime

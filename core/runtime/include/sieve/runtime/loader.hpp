@@ -1,0 +1,101 @@
+// Loading one plugin file: open the shared library, find the entry point, negotiate the ABI
+// major, and check the table it hands back before anything else touches it.
+//
+// Lifetime: a LoadedPlugin shares ownership of its library (shared_ptr). The registry holds one
+// reference and drops it only in its destructor, which a host runs after it has synchronised its
+// devices and destroyed its policy instances; any object that keeps a copy of the LoadedPlugin
+// (a resolved chain, a running instance) keeps the code mapped, so a plugin is never unloaded
+// while something may still call into it.
+//
+// Every failure is one line that starts with the file name and names the symbol or the version
+// involved. No exception escapes these functions.
+#pragma once
+
+#include <sieve/plugin.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace boost::dll {
+class shared_library;  // kept out of the public headers: users need not see Boost.DLL
+}
+
+namespace sieve::runtime {
+
+// An opened plugin file whose entry point was found, before negotiation.
+struct PluginLibrary {
+  std::string path;
+  std::shared_ptr<boost::dll::shared_library> lib;
+  sieve_plugin_entry_fn entry = nullptr;
+  sieve_plugin_score_fn score = nullptr;  // optional export; nullptr when absent
+};
+
+// A negotiated plugin whose table passed the checks below.
+struct LoadedPlugin {
+  std::string path;
+  std::shared_ptr<boost::dll::shared_library> lib;
+  const sieve_plugin* table = nullptr;
+  uint32_t plugin_major = 0;
+  int32_t score = 0;       // sieve_plugin_score(), 0 when the plugin does not export it
+  bool has_score = false;
+
+  const char* name() const { return table ? table->name : ""; }
+  const sieve_policy_api* policy() const { return table ? table->policy : nullptr; }
+  const sieve_kv_store_api* kv_store() const { return table ? table->kv_store : nullptr; }
+  const sieve_policy_descriptor* descriptor() const {
+    return policy() ? policy()->descriptor : nullptr;
+  }
+};
+
+// Pre-flight check of a file before dlopen: exists, is a regular file, is an ELF shared object
+// for this machine's class and architecture, and no segment or section table reaches past the
+// end of the file (dlopen of a truncated ELF can otherwise die of SIGBUS instead of failing).
+// Returns "" when the file looks loadable, else the reason (without the file name).
+std::string check_elf_file(const std::string& path);
+
+// check_elf_file + dlopen (RTLD_NOW | RTLD_LOCAL) + look up the entry and score symbols.
+bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error);
+
+// Call the entry point offering `host_major`, check the answer and the table.
+bool negotiate_plugin(const PluginLibrary& library, LoadedPlugin* out, std::string* error,
+                      uint32_t host_major = SIEVE_ABI_MAJOR);
+
+// open_plugin_library + negotiate_plugin. A different host_major lets conformance offer a
+// major the plugin lacks.
+bool load_plugin(const std::string& path, LoadedPlugin* out, std::string* error,
+                 uint32_t host_major = SIEVE_ABI_MAJOR);
+
+// Structural checks of what a plugin hands back; each returns every problem found (empty: fine).
+// They read only what the header sizes say is there and never call into the plugin.
+//  - header: struct_size covers the v1.0 fields, abi_major == the negotiated major, a
+//    [a-z0-9_]+ name, at least one of policy / kv_store;
+//  - policy table: size, required functions (validate, create, destroy, last_error), at least
+//    one hook, a descriptor, params non-NULL when n_params > 0;
+//  - descriptor: size, [a-z0-9_]+ name equal to the plugin's, vendor, summary, known and non-zero
+//    phase/device/dtype bits, head-dim and page-size arrays, selection heads, needs bits, CUDA-graph
+//    level, evicts_kv => end_step, page stats => observe and select;
+//  - kv store: size, name, required functions;
+//  - plugin table: all of the above plus check_schema (params.hpp): what the loader refuses.
+std::vector<std::string> check_plugin_header(const sieve_plugin* table, uint32_t expected_major);
+std::vector<std::string> check_policy_table(const sieve_policy_api* api);
+std::vector<std::string> check_policy_descriptor(const sieve_policy_descriptor* d,
+                                                 const sieve_policy_api* api,
+                                                 const char* plugin_name);
+std::vector<std::string> check_kv_store_api(const sieve_kv_store_api* api);
+std::vector<std::string> check_plugin_table(const sieve_plugin* table, uint32_t expected_major);
+
+// Human-readable names of the capability bits ("prefill,decode", "cpu,cuda", "f32,f16", ...).
+std::string phase_names(uint32_t phases);
+std::string device_names(uint32_t devices);
+std::string dtype_names(uint32_t dtypes);
+std::string needs_names(uint32_t needs);
+std::string selection_heads_name(uint32_t heads);
+std::string cuda_graph_name(uint32_t level);
+std::string status_name(int status);  // "SIEVE_ERR_VERSION", or "status 42"
+
+// Is `name` a valid policy / parameter name: [a-z0-9_]+.
+bool is_identifier(const char* name);
+
+}  // namespace sieve::runtime

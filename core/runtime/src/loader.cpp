@@ -1,0 +1,388 @@
+// Plugin loading: ELF pre-flight, dlopen through Boost.DLL, entry-point negotiation, table checks.
+#include "sieve/runtime/loader.hpp"
+
+#include <elf.h>
+
+#include <boost/dll/shared_library.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "sieve/runtime/params.hpp"
+
+namespace sieve::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string file_label(const std::string& path) { return fs::path(path).filename().string(); }
+
+#if defined(__x86_64__)
+constexpr uint16_t kHostMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr uint16_t kHostMachine = EM_AARCH64;
+#elif defined(__powerpc64__)
+constexpr uint16_t kHostMachine = EM_PPC64;
+#else
+constexpr uint16_t kHostMachine = EM_NONE;  // unknown: skip the architecture check
+#endif
+
+std::string printable_prefix(const unsigned char* p, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n && i < 16; ++i) s += (p[i] >= 32 && p[i] < 127) ? char(p[i]) : '.';
+  return s;
+}
+
+// "the entry point says": a short reason from Boost.DLL's exception text.
+std::string dl_reason(const std::exception& e) {
+  std::string w = e.what();
+  const std::string tag = "(dlerror system message: ";
+  size_t at = w.find(tag);
+  if (at != std::string::npos) {
+    std::string msg = w.substr(at + tag.size());
+    if (!msg.empty() && msg.back() == ')') msg.pop_back();
+    return msg;
+  }
+  return w;
+}
+
+// Positive "sized" checks that read a table only as far as its header says it reaches.
+std::string hex(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%x", v);
+  return b;
+}
+
+template <class T>
+std::string size_problem(const T* p, const char* what) {
+  if (p->hdr.struct_size < sizeof(T))
+    return std::string(what) + " struct_size " + std::to_string(p->hdr.struct_size) +
+           " is smaller than the v1.0 size " + std::to_string(sizeof(T));
+  return {};
+}
+
+}  // namespace
+
+bool is_identifier(const char* name) {
+  if (!name || !*name) return false;
+  for (const char* c = name; *c; ++c)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return false;
+  return true;
+}
+
+std::string check_elf_file(const std::string& path) {
+  std::error_code ec;
+  auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) return "no such file";
+  if (!fs::is_regular_file(st)) return "not a regular file";
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return "cannot read its size: " + ec.message();
+
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "cannot open it for reading";
+  Elf64_Ehdr eh{};
+  in.read(reinterpret_cast<char*>(&eh), sizeof eh);
+  const size_t got = size_t(in.gcount());
+  if (got < SELFMAG || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+    return "not an ELF shared library (file starts with '" +
+           printable_prefix(eh.e_ident, got) + "')";
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64) return "not a 64-bit ELF file";
+  if (got < sizeof eh)
+    return "truncated ELF file (" + std::to_string(size) + " bytes, shorter than its header)";
+  if (eh.e_type != ET_DYN) return "not an ELF shared object (e_type " + std::to_string(eh.e_type) + ")";
+  if (kHostMachine != EM_NONE && eh.e_machine != kHostMachine)
+    return "built for ELF machine " + std::to_string(eh.e_machine) + ", this host is " +
+           std::to_string(kHostMachine);
+  auto past_end = [&](uint64_t off, uint64_t len) { return off > size || len > size - off; };
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) ||
+      past_end(eh.e_phoff, uint64_t(eh.e_phnum) * sizeof(Elf64_Phdr)))
+    return "truncated ELF file: program headers reach past its end (" + std::to_string(size) +
+           " bytes)";
+  if (eh.e_shnum && past_end(eh.e_shoff, uint64_t(eh.e_shnum) * eh.e_shentsize))
+    return "truncated ELF file: section headers at byte " + std::to_string(eh.e_shoff) +
+           " lie past its end (" + std::to_string(size) + " bytes)";
+  in.seekg(std::streamoff(eh.e_phoff));
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    in.read(reinterpret_cast<char*>(&ph), sizeof ph);
+    if (size_t(in.gcount()) != sizeof ph) return "truncated ELF file: unreadable program header";
+    if ((ph.p_type == PT_LOAD || ph.p_type == PT_DYNAMIC) && past_end(ph.p_offset, ph.p_filesz))
+      return "truncated ELF file: segment " + std::to_string(i) + " ends at byte " +
+             std::to_string(ph.p_offset + ph.p_filesz) + ", the file has " +
+             std::to_string(size);
+  }
+  return {};
+}
+
+bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error) {
+  const std::string file = file_label(path);
+  if (std::string why = check_elf_file(path); !why.empty()) {
+    *error = file + ": " + why;
+    return false;
+  }
+  auto lib = std::make_shared<boost::dll::shared_library>();
+  try {
+    // RTLD_NOW: an unresolved symbol fails here, with its name, not at the first call.
+    lib->load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    *error = file + ": cannot load: " + dl_reason(e);
+    return false;
+  }
+  if (!lib->has(SIEVE_PLUGIN_ENTRY_SYMBOL)) {
+    *error = file + ": no symbol '" SIEVE_PLUGIN_ENTRY_SYMBOL "' (not a Sieve plugin)";
+    return false;
+  }
+  PluginLibrary p;
+  p.path = path;
+  try {
+    p.entry = &lib->get<std::remove_pointer_t<sieve_plugin_entry_fn>>(SIEVE_PLUGIN_ENTRY_SYMBOL);
+    if (lib->has(SIEVE_PLUGIN_SCORE_SYMBOL))
+      p.score = &lib->get<std::remove_pointer_t<sieve_plugin_score_fn>>(SIEVE_PLUGIN_SCORE_SYMBOL);
+  } catch (const std::exception& e) {
+    *error = file + ": symbol lookup failed: " + dl_reason(e);
+    return false;
+  }
+  p.lib = std::move(lib);
+  *out = std::move(p);
+  return true;
+}
+
+bool negotiate_plugin(const PluginLibrary& library, LoadedPlugin* out, std::string* error,
+                      uint32_t host_major) {
+  const std::string file = file_label(library.path);
+  // Sentinels show whether the plugin wrote its answers.
+  uint32_t plugin_major = UINT32_MAX;
+  const sieve_plugin* table = nullptr;
+  const sieve_status st = library.entry(host_major, &plugin_major, &table);
+  const std::string both = "ABI major " + std::to_string(plugin_major) + " (plugin) vs " +
+                           std::to_string(host_major) + " (host)";
+  if (plugin_major == UINT32_MAX) {
+    *error = file + ": " SIEVE_PLUGIN_ENTRY_SYMBOL " did not report the plugin's ABI major (host "
+             "offered " + std::to_string(host_major) + ", status " + status_name(st) + ")";
+    return false;
+  }
+  if (st != SIEVE_OK) {
+    *error = file + ": " + both + ": the plugin cannot serve this host (" SIEVE_PLUGIN_ENTRY_SYMBOL
+             " returned " + status_name(st) + ")";
+    return false;
+  }
+  if (plugin_major != host_major) {
+    // v1 hosts speak exactly one major; a plugin that answers another one cannot be used.
+    *error = file + ": " + both + ": this host speaks only major " + std::to_string(host_major);
+    return false;
+  }
+  if (!table) {
+    *error = file + ": " SIEVE_PLUGIN_ENTRY_SYMBOL " returned SIEVE_OK but no table (" + both + ")";
+    return false;
+  }
+  auto problems = check_plugin_table(table, plugin_major);
+  if (!problems.empty()) {
+    *error = file + ": " + problems.front();
+    for (size_t i = 1; i < problems.size(); ++i) *error += "; " + problems[i];
+    return false;
+  }
+  LoadedPlugin p;
+  p.path = library.path;
+  p.lib = library.lib;
+  p.table = table;
+  p.plugin_major = plugin_major;
+  if (library.score) {
+    p.score = library.score();
+    p.has_score = true;
+  }
+  *out = std::move(p);
+  return true;
+}
+
+bool load_plugin(const std::string& path, LoadedPlugin* out, std::string* error,
+                 uint32_t host_major) {
+  try {
+    PluginLibrary lib;
+    if (!open_plugin_library(path, &lib, error)) return false;
+    return negotiate_plugin(lib, out, error, host_major);
+  } catch (const std::exception& e) {  // std::bad_alloc and friends: still one line, no escape
+    *error = file_label(path) + ": " + e.what();
+    return false;
+  }
+}
+
+std::vector<std::string> check_plugin_header(const sieve_plugin* t, uint32_t expected_major) {
+  if (!t) return {"plugin table is NULL"};
+  if (auto p = size_problem(t, "plugin table"); !p.empty()) return {p};
+  std::vector<std::string> out;
+  if (t->abi_major != expected_major)
+    out.push_back("plugin table says ABI major " + std::to_string(t->abi_major) +
+                  " but the entry point answered " + std::to_string(expected_major));
+  if (!is_identifier(t->name))
+    out.push_back("plugin name '" + std::string(t->name ? t->name : "(null)") +
+                  "' does not match [a-z0-9_]+");
+  if (!t->policy && !t->kv_store) out.push_back("plugin table has neither a policy nor a KV store");
+  return out;
+}
+
+std::vector<std::string> check_plugin_table(const sieve_plugin* t, uint32_t expected_major) {
+  auto out = check_plugin_header(t, expected_major);
+  if (!out.empty()) return out;
+  auto add = [&](std::vector<std::string> v) { out.insert(out.end(), v.begin(), v.end()); };
+  if (t->policy) {
+    add(check_policy_table(t->policy));
+    if (t->policy->hdr.struct_size >= sizeof(sieve_policy_api)) {
+      if (t->policy->descriptor)
+        add(check_policy_descriptor(t->policy->descriptor, t->policy, t->name));
+      if (t->policy->params)
+        for (auto& s : check_schema(ParamSchema::of(*t->policy))) out.push_back("schema: " + s);
+    }
+  }
+  if (t->kv_store) add(check_kv_store_api(t->kv_store));
+  return out;
+}
+
+std::vector<std::string> check_policy_table(const sieve_policy_api* api) {
+  if (auto p = size_problem(api, "policy table"); !p.empty()) return {p};
+  std::vector<std::string> out;
+  const struct { const void* fn; const char* name; } required[] = {
+      {reinterpret_cast<const void*>(api->validate), "validate"},
+      {reinterpret_cast<const void*>(api->create), "create"},
+      {reinterpret_cast<const void*>(api->destroy), "destroy"},
+      {reinterpret_cast<const void*>(api->last_error), "last_error"}};
+  for (auto& r : required)
+    if (!r.fn) out.push_back(std::string("policy table: '") + r.name + "' is NULL (required)");
+  if (!api->on_append && !api->select && !api->attend && !api->observe && !api->correct &&
+      !api->end_step)
+    out.push_back("policy table implements no hook (on_append, select, attend, observe, correct, "
+                  "end_step are all NULL)");
+  if (!api->descriptor) out.push_back("policy table: descriptor is NULL");
+  if (api->n_params && !api->params)
+    out.push_back("policy table: n_params is " + std::to_string(api->n_params) +
+                  " but params is NULL");
+  return out;
+}
+
+std::vector<std::string> check_policy_descriptor(const sieve_policy_descriptor* d,
+                                                 const sieve_policy_api* api,
+                                                 const char* plugin_name) {
+  if (auto p = size_problem(d, "descriptor"); !p.empty()) return {p};
+  std::vector<std::string> out;
+  auto bad = [&](const std::string& s) { out.push_back("descriptor: " + s); };
+  if (!is_identifier(d->name))
+    bad("name '" + std::string(d->name ? d->name : "(null)") + "' does not match [a-z0-9_]+");
+  else if (plugin_name && std::strcmp(d->name, plugin_name) != 0)
+    bad("name '" + std::string(d->name) + "' differs from the plugin name '" + plugin_name + "'");
+  if (!d->vendor || !*d->vendor) bad("empty vendor");
+  if (!d->summary || !*d->summary) bad("empty summary");
+  auto bits = [&](uint32_t v, uint32_t known, const char* what) {
+    if (v == 0) bad(std::string(what) + " is 0 (declare at least one)");
+    else if (v & ~known) bad(std::string(what) + " has unknown bits " + hex(v & ~known));
+  };
+  bits(d->phases, SIEVE_PHASE_PREFILL | SIEVE_PHASE_DECODE, "phases");
+  bits(d->devices, SIEVE_DEVICE_CPU | SIEVE_DEVICE_CUDA, "devices");
+  bits(d->dtypes, SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16, "dtypes");
+  auto sizes = [&](const int32_t* v, uint32_t n, const char* what) {
+    if (n && !v) return bad(std::string(what) + ": n is " + std::to_string(n) + " but the array is NULL");
+    for (uint32_t i = 0; i < n; ++i)
+      if (v[i] <= 0) return bad(std::string(what) + "[" + std::to_string(i) + "] = " +
+                                std::to_string(v[i]) + " (must be > 0)");
+  };
+  sizes(d->head_dims, d->n_head_dims, "head_dims");
+  sizes(d->page_sizes, d->n_page_sizes, "page_sizes");
+  if (d->selection_heads > SIEVE_SEL_PER_Q_HEAD)
+    bad("selection_heads " + std::to_string(d->selection_heads) + " is not a sieve_selection_heads");
+  const uint32_t known_needs = SIEVE_NEEDS_PAGE_STATS | SIEVE_NEEDS_PRE_ROPE_K |
+                               SIEVE_NEEDS_PRE_ROPE_Q | SIEVE_NEEDS_WEIGHTS_FILE |
+                               SIEVE_NEEDS_SIDECARS;
+  if (d->needs & ~known_needs) bad("needs has unknown bits");
+  if (d->evicts_kv > 1) bad("evicts_kv must be 0 or 1");
+  if (d->cuda_graph > SIEVE_CUDA_GRAPH_FULL)
+    bad("cuda_graph " + std::to_string(d->cuda_graph) + " is not a sieve_cuda_graph_level");
+  if (api) {
+    if (d->evicts_kv && !api->end_step) bad("evicts_kv is set but end_step is NULL");
+    if ((d->needs & SIEVE_NEEDS_PAGE_STATS) && !api->observe)
+      bad("needs page statistics but observe is NULL");
+    if ((d->needs & SIEVE_NEEDS_PAGE_STATS) && !api->select)
+      bad("needs page statistics but select (where statistics are requested) is NULL");
+  }
+  return out;
+}
+
+std::vector<std::string> check_kv_store_api(const sieve_kv_store_api* api) {
+  if (auto p = size_problem(api, "KV store table"); !p.empty()) return {p};
+  std::vector<std::string> out;
+  if (!api->name || !*api->name) out.push_back("KV store table: empty name");
+  const struct { const void* fn; const char* name; } required[] = {
+      {reinterpret_cast<const void*>(api->create), "create"},
+      {reinterpret_cast<const void*>(api->destroy), "destroy"},
+      {reinterpret_cast<const void*>(api->last_error), "last_error"},
+      {reinterpret_cast<const void*>(api->add_sequence), "add_sequence"},
+      {reinterpret_cast<const void*>(api->remove_sequence), "remove_sequence"},
+      {reinterpret_cast<const void*>(api->seq_len), "seq_len"},
+      {reinterpret_cast<const void*>(api->append), "append"},
+      {reinterpret_cast<const void*>(api->view), "view"},
+      {reinterpret_cast<const void*>(api->bytes_in_use), "bytes_in_use"}};
+  for (auto& r : required)
+    if (!r.fn) out.push_back(std::string("KV store table: '") + r.name + "' is NULL (required)");
+  return out;
+}
+
+namespace {
+std::string bit_names(uint32_t v, std::initializer_list<std::pair<uint32_t, const char*>> names) {
+  std::string out;
+  for (auto& [bit, name] : names) {
+    if (!(v & bit)) continue;
+    if (!out.empty()) out += ",";
+    out += name;
+  }
+  return out.empty() ? "-" : out;
+}
+}  // namespace
+
+std::string phase_names(uint32_t v) {
+  return bit_names(v, {{SIEVE_PHASE_PREFILL, "prefill"}, {SIEVE_PHASE_DECODE, "decode"}});
+}
+std::string device_names(uint32_t v) {
+  return bit_names(v, {{SIEVE_DEVICE_CPU, "cpu"}, {SIEVE_DEVICE_CUDA, "cuda"}});
+}
+std::string dtype_names(uint32_t v) {
+  return bit_names(v, {{SIEVE_DTYPE_F32, "f32"}, {SIEVE_DTYPE_F16, "f16"}, {SIEVE_DTYPE_BF16, "bf16"}});
+}
+std::string needs_names(uint32_t v) {
+  return bit_names(v, {{SIEVE_NEEDS_PAGE_STATS, "page_stats"},
+                       {SIEVE_NEEDS_PRE_ROPE_K, "pre_rope_k"},
+                       {SIEVE_NEEDS_PRE_ROPE_Q, "pre_rope_q"},
+                       {SIEVE_NEEDS_WEIGHTS_FILE, "weights_file"},
+                       {SIEVE_NEEDS_SIDECARS, "sidecars"}});
+}
+std::string selection_heads_name(uint32_t h) {
+  switch (h) {
+    case SIEVE_SEL_PER_SEQUENCE: return "per_sequence";
+    case SIEVE_SEL_PER_KV_HEAD: return "per_kv_head";
+    case SIEVE_SEL_PER_Q_HEAD: return "per_q_head";
+    default: return "unknown(" + std::to_string(h) + ")";
+  }
+}
+std::string cuda_graph_name(uint32_t level) {
+  switch (level) {
+    case SIEVE_CUDA_GRAPH_NONE: return "none";
+    case SIEVE_CUDA_GRAPH_STATIC_SHAPES: return "static_shapes";
+    case SIEVE_CUDA_GRAPH_FULL: return "full";
+    default: return "unknown(" + std::to_string(level) + ")";
+  }
+}
+std::string status_name(int s) {
+  switch (s) {
+    case SIEVE_OK: return "SIEVE_OK";
+    case SIEVE_ERR_INVALID_ARGUMENT: return "SIEVE_ERR_INVALID_ARGUMENT";
+    case SIEVE_ERR_UNSUPPORTED: return "SIEVE_ERR_UNSUPPORTED";
+    case SIEVE_ERR_VERSION: return "SIEVE_ERR_VERSION";
+    case SIEVE_ERR_OUT_OF_MEMORY: return "SIEVE_ERR_OUT_OF_MEMORY";
+    case SIEVE_ERR_CAPACITY: return "SIEVE_ERR_CAPACITY";
+    case SIEVE_ERR_DEVICE: return "SIEVE_ERR_DEVICE";
+    case SIEVE_ERR_NOT_FOUND: return "SIEVE_ERR_NOT_FOUND";
+    case SIEVE_ERR_INTERNAL: return "SIEVE_ERR_INTERNAL";
+  }
+  return "status " + std::to_string(s);
+}
+
+}  // namespace sieve::runtime

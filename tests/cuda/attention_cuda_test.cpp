@@ -1,0 +1,481 @@
+// The CUDA attention kernel against the f64 reference: decode (row kernel, GQA chunks, split-KV)
+// and causal prefill (tiled kernel), head dims 8/64/128, page sizes 16/32/64, ragged sequences and
+// last pages, f32/f16/bf16 storage, block selections of every head kind (empty rows,
+// k_block_pages > 1), q_rows, lse and page statistics; the device-side content checks; argument
+// refusals; and that a call can be captured in a CUDA graph (so it never synchronises).
+// Every call runs on NaN-poisoned device outputs: rows that should be written must be, rows that
+// should not must still hold NaN. The K/V pools hold NaN in spare pages and past each sequence's
+// last token (reference::Workload), so reading a key the kernel must not read shows up as NaN.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+#include "sieve/kernels/attention_cuda.hpp"
+#include "sieve/kernels/attention_cuda_checks.hpp"
+#include "sieve/reference/attention_ref.hpp"
+#include "sieve/reference/fidelity.hpp"
+#include "sieve/reference/workload.hpp"
+
+namespace sieve {
+namespace {
+
+using cuda_test::CudaTest;
+using cuda_test::DeviceTensor;
+using kernels::CudaAttentionOptions;
+using reference::RefAttention;
+using reference::Workload;
+using reference::WorkloadSpec;
+
+constexpr double kTolF32 = 1e-5;   // f32 storage, queries and output
+constexpr double kTolHalf = 1e-2;  // f16 / bf16 storage, queries and output
+constexpr double kLseTol = 2e-5;   // absolute; lse values are O(1..10)
+constexpr double kMassTol = 1e-5;  // relative
+
+WorkloadSpec make_spec(int32_t hq, int32_t hkv, int32_t d, int32_t ps, std::vector<int32_t> lens,
+                       sieve_phase phase = SIEVE_PHASE_DECODE, std::vector<int32_t> n_new = {},
+                       uint64_t seed = 1, DLDataType kv = kF32, DLDataType qo = kF32) {
+  WorkloadSpec s;
+  s.n_q_heads = hq;
+  s.n_kv_heads = hkv;
+  s.head_dim = d;
+  s.page_size = ps;
+  s.kv_lens = std::move(lens);
+  s.phase = phase;
+  s.n_new = std::move(n_new);
+  s.seed = seed;
+  s.kv_dtype = kv;
+  s.q_dtype = s.out_dtype = qo;
+  return s;
+}
+
+// A workload's tensors on the device and the sieve_attention_args that point at them. Inputs are
+// uploaded once (after the workload is set up, tampering included); outputs on every run.
+class DeviceCall {
+ public:
+  explicit DeviceCall(Workload& w) : w_(w) {
+    q_ = DeviceTensor(w.q);
+    out_ = DeviceTensor(w.out);
+    qo_ = DeviceTensor(w.qo_indptr);
+    k_ = DeviceTensor(w.k_pages);
+    v_ = DeviceTensor(w.v_pages);
+    kv_indptr_ = DeviceTensor(w.kv_indptr);
+    kv_indices_ = DeviceTensor(w.kv_indices);
+    kv_last_ = DeviceTensor(w.kv_last_page_len);
+    kv_ = w.kv;
+    kv_.k_pages = k_.dl;
+    kv_.v_pages = v_.dl;
+    kv_.indptr = kv_indptr_.dl;
+    kv_.indices = kv_indices_.dl;
+    kv_.last_page_len = kv_last_.dl;
+    args = w.args;
+    args.q = &q_.dl;
+    args.out = &out_.dl;
+    args.qo_indptr = &qo_.dl;
+    args.kv = &kv_;
+    if (w.args.selection) {
+      sel_indptr_ = DeviceTensor(w.sel_indptr);
+      sel_indices_ = DeviceTensor(w.sel_indices);
+      sel_ = *w.args.selection;
+      sel_.indptr = sel_indptr_.dl;
+      sel_.indices = sel_indices_.dl;
+      args.selection = &sel_;
+    }
+    if (w.args.q_rows) {
+      q_rows_ = DeviceTensor(w.q_rows);
+      args.q_rows = &q_rows_.dl;
+    }
+    if (w.args.lse) {
+      lse_ = DeviceTensor(w.lse);
+      args.lse = &lse_.dl;
+    }
+    if (w.args.page_mass) {
+      page_mass_ = DeviceTensor(w.page_mass);
+      args.page_mass = &page_mass_.dl;
+    }
+  }
+
+  // Poisons the outputs, runs attend_cuda on `stream`, reads the outputs back into the workload.
+  sieve_status run(cudaStream_t stream, const CudaAttentionOptions& opt, std::string* err) {
+    poison();
+    const sieve_status st = kernels::attend_cuda(args, opt, stream, err);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    download();
+    return st;
+  }
+  void poison() {
+    w_.poison_outputs();
+    out_.upload(w_.out);
+    if (args.lse) lse_.upload(w_.lse);
+    if (args.page_mass) page_mass_.upload(w_.page_mass);
+  }
+  void download() {
+    out_.download(w_.out);
+    if (args.lse) lse_.download(w_.lse);
+    if (args.page_mass) page_mass_.download(w_.page_mass);
+  }
+
+  sieve_attention_args args{};
+
+ private:
+  Workload& w_;
+  DeviceTensor q_, out_, qo_, k_, v_, kv_indptr_, kv_indices_, kv_last_, sel_indptr_, sel_indices_,
+      q_rows_, lse_, page_mass_;
+  sieve_paged_kv kv_{};
+  sieve_selection sel_{};
+};
+
+// Checks the outputs now in `w` (read back from the device) against the f64 reference.
+void expect_outputs_match(const Workload& w, double tol) {
+  const RefAttention ref = reference::attend_reference(w.args);
+  const int32_t hq = w.spec.n_q_heads, d = w.spec.head_dim;
+  int64_t unwritten = 0, overwritten = 0;
+  for (int32_t t = 0; t < w.n_q_tokens; ++t)
+    for (int32_t h = 0; h < hq; ++h) {
+      for (int32_t i = 0; i < d; ++i) {
+        const bool nan = std::isnan(w.out.get((int64_t(t) * hq + h) * d + i));
+        unwritten += ref.computed[size_t(t)] && nan;
+        overwritten += !ref.computed[size_t(t)] && !nan;
+      }
+      if (ref.computed[size_t(t)] && std::isinf(ref.lse[size_t(t) * hq + h])) {  // attends nothing
+        for (int32_t i = 0; i < d; ++i)
+          EXPECT_EQ(w.out.get((int64_t(t) * hq + h) * d + i), 0.f) << "empty row " << t << "," << h;
+      }
+    }
+  EXPECT_EQ(unwritten, 0) << "output elements the kernel did not write";
+  EXPECT_EQ(overwritten, 0) << "output elements of rows outside q_rows that the kernel wrote";
+
+  const reference::OutputError e = reference::compare_output(ref, w.out.dl());
+  EXPECT_EQ(e.non_finite, 0);
+  EXPECT_LE(e.max_row_rel, tol) << "worst row: token " << e.worst_token << ", head " << e.worst_head
+                                << " (rel_l2 " << e.rel_l2 << ")";
+  if (w.args.lse) {
+    EXPECT_LE(reference::max_lse_error(ref, w.lse.dl()), kLseTol);
+    int64_t lse_overwritten = 0;
+    for (int32_t t = 0; t < w.n_q_tokens; ++t)
+      for (int32_t h = 0; h < hq; ++h)
+        lse_overwritten += !ref.computed[size_t(t)] && !std::isnan(w.lse.get(int64_t(t) * hq + h));
+    EXPECT_EQ(lse_overwritten, 0) << "lse rows outside q_rows were written";
+  }
+  if (w.args.stats != SIEVE_STATS_NONE) {
+    const int64_t n = w.page_mass.numel();
+    ASSERT_EQ(size_t(n), ref.page_mass.size());
+    for (int64_t i = 0; i < n; ++i) ASSERT_FALSE(std::isnan(w.page_mass.get(i))) << "page_mass " << i;
+    EXPECT_LE(reference::max_relative_error(ref.page_mass.data(), w.page_mass.dl(), n, 1e-6), kMassTol);
+  }
+}
+
+class AttentionCuda : public CudaTest {
+ protected:
+  // attend_cuda on the device copy of `w`, then the reference comparison; no device-side error.
+  void expect_matches_reference(Workload& w, double tol, const CudaAttentionOptions& opt = {}) {
+    DeviceCall call(w);
+    std::string err;
+    ASSERT_EQ(call.run(stream_, opt, &err), SIEVE_OK) << err;
+    ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_OK) << err;
+    expect_outputs_match(w, tol);
+  }
+  // The split-KV count attend_cuda picks for the device copy of `w` (0 when it refuses).
+  int splits_for(Workload& w, const CudaAttentionOptions& opt) {
+    DeviceCall call(w);
+    std::string err;
+    const int n = kernels::cuda_attention_kv_splits(call.args, opt, &err);
+    EXPECT_GT(n, 0) << err;
+    return n;
+  }
+};
+
+reference::SelectionRows rows_with_an_empty_one(const Workload& w, uint32_t heads, int32_t q_block,
+                                                int32_t kbp, double keep, uint64_t seed) {
+  reference::SelectionRows rows = w.random_selection_rows(heads, q_block, kbp, keep, seed);
+  rows[rows.size() / 2].clear();
+  return rows;
+}
+
+std::string dt(DLDataType t) { return dtype_name(t); }
+
+// ---- decode -------------------------------------------------------------------------------------
+
+// kv lengths: a single token, just under / at / over a page, and longer ragged ones.
+const std::vector<int32_t> kDecodeLens = {1, 15, 16, 17, 100, 333};
+
+TEST_F(AttentionCuda, DecodeGqaGroups) {
+  // Groups 1/2/4/8, plus 3 (odd), 16 (more heads than one CTA takes: chunked).
+  struct G {
+    int32_t hq, hkv;
+  };
+  for (G g : {G{8, 8}, G{8, 4}, G{8, 2}, G{8, 1}, G{6, 2}, G{16, 1}})
+    for (DLDataType kv : {kF32, kBF16}) {
+      SCOPED_TRACE("hq " + std::to_string(g.hq) + ", hkv " + std::to_string(g.hkv) + ", kv " + dt(kv));
+      Workload w(make_spec(g.hq, g.hkv, 128, 16, kDecodeLens, SIEVE_PHASE_DECODE, {},
+                           uint64_t(10 + g.hq * 3 + g.hkv), kv));
+      w.request_lse();
+      w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+      expect_matches_reference(w, kTolF32);
+    }
+}
+
+TEST_F(AttentionCuda, DecodeHeadDimsPageSizesDtypes) {
+  for (int32_t d : {8, 64, 128})
+    for (int32_t ps : {16, 32, 64})
+      for (DLDataType kv : {kF32, kF16, kBF16}) {
+        SCOPED_TRACE("head_dim " + std::to_string(d) + ", page_size " + std::to_string(ps) + ", " + dt(kv));
+        const bool half = kv.bits == 16;
+        // Half storage with half queries and output; f32 storage all f32.
+        Workload w(make_spec(8, 2, d, ps, {1, ps - 1, ps + 1, 3 * ps + 5}, SIEVE_PHASE_DECODE, {},
+                             uint64_t(d * 100 + ps + kv.code), kv, kv));
+        w.request_lse();
+        expect_matches_reference(w, half ? kTolHalf : kTolF32);
+      }
+}
+
+TEST_F(AttentionCuda, DecodeHalfStorageF32Queries) {
+  // Only the storage is half: the kernel's arithmetic is f32, so f32 accuracy holds.
+  for (DLDataType kv : {kBF16, kF16}) {
+    SCOPED_TRACE(dt(kv));
+    Workload w(make_spec(8, 2, 64, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, 7, kv));
+    w.request_lse();
+    w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
+    expect_matches_reference(w, kTolF32);
+  }
+}
+
+TEST_F(AttentionCuda, DecodeBlockSelections) {
+  for (uint32_t heads : {SIEVE_SEL_PER_SEQUENCE, SIEVE_SEL_PER_KV_HEAD, SIEVE_SEL_PER_Q_HEAD})
+    for (int32_t kbp : {1, 3})
+      for (double keep : {0.3, 0.7}) {
+        SCOPED_TRACE("heads " + std::to_string(heads) + ", k_block_pages " + std::to_string(kbp) +
+                     ", keep " + std::to_string(keep));
+        Workload w(make_spec(8, 2, 64, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, heads * 10 + kbp));
+        w.set_selection(heads, 1, kbp, rows_with_an_empty_one(w, heads, 1, kbp, keep, 5));
+        w.request_lse();
+        w.request_stats(heads == SIEVE_SEL_PER_Q_HEAD ? SIEVE_STATS_PAGE_MASS_ALL_HEADS
+                                                      : SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+        expect_matches_reference(w, kTolF32);
+      }
+}
+
+TEST_F(AttentionCuda, DecodeEverySelectionRowEmpty) {
+  Workload w(make_spec(4, 2, 64, 16, {5, 40}));
+  w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 1,
+                  reference::SelectionRows(size_t(w.selection_rows(SIEVE_SEL_PER_Q_HEAD, 1))));
+  w.request_lse();
+  w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
+  expect_matches_reference(w, kTolF32);
+  for (int64_t i = 0; i < w.lse.numel(); ++i) EXPECT_EQ(w.lse.get(i), -INFINITY);
+  for (int64_t i = 0; i < w.page_mass.numel(); ++i) EXPECT_EQ(w.page_mass.get(i), 0.f);
+}
+
+TEST_F(AttentionCuda, DecodeSplitKvForced) {
+  // One long and one short sequence: most splits of the short one are empty.
+  for (int splits : {1, 3, 7, 64}) {
+    SCOPED_TRACE("splits " + std::to_string(splits));
+    Workload w(make_spec(8, 2, 64, 16, {700, 5}, SIEVE_PHASE_DECODE, {}, uint64_t(splits)));
+    w.request_lse();
+    w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+    CudaAttentionOptions opt;
+    opt.kv_splits = splits;
+    ASSERT_EQ(splits_for(w, opt), splits);
+    expect_matches_reference(w, kTolF32, opt);
+    // ... and over a block selection (split by selected blocks).
+    w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 2, w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 1, 2, 0.4, 3));
+    expect_matches_reference(w, kTolF32, opt);
+  }
+}
+
+TEST_F(AttentionCuda, DecodeLongContextSplitsAutomatically) {
+  // Batch 1 at 20K tokens: too few CTAs without splitting, so the heuristic splits.
+  for (DLDataType kv : {kF32, kBF16}) {
+    SCOPED_TRACE(dt(kv));
+    Workload w(make_spec(8, 2, 128, 16, {20000}, SIEVE_PHASE_DECODE, {}, 20, kv));
+    w.request_lse();
+    w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+    ASSERT_GT(splits_for(w, {}), 1);
+    expect_matches_reference(w, kTolF32);
+  }
+}
+
+TEST_F(AttentionCuda, DecodeQRowsSubset) {
+  Workload w(make_spec(8, 4, 64, 16, {20, 1, 64, 100, 33}));
+  w.set_q_rows({3, 1});
+  w.request_lse();
+  w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
+  expect_matches_reference(w, kTolF32);
+  EXPECT_EQ(w.page_mass.get(0), 0.f);  // sequence 0 is not computed: its pages have no mass
+  w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 1, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 1, 1, 0.5, 9));
+  expect_matches_reference(w, kTolF32);
+}
+
+TEST_F(AttentionCuda, DecodeExplicitScale) {
+  WorkloadSpec s = make_spec(8, 2, 64, 16, kDecodeLens);
+  s.scale = 0.37f;
+  Workload w(s);
+  w.request_lse();
+  expect_matches_reference(w, kTolF32);
+}
+
+// ---- prefill ------------------------------------------------------------------------------------
+
+// Ragged prefill: an empty sequence, one token, a chunk appended to a cached prefix (n_new <
+// kv_len) and a full prompt longer than a key tile.
+const std::vector<int32_t> kPrefillLens = {0, 1, 77, 130};
+const std::vector<int32_t> kPrefillNew = {0, 1, 30, 130};
+
+TEST_F(AttentionCuda, PrefillGqaHeadDimsPageSizes) {
+  struct Geo {
+    int32_t hkv, d, ps;
+  };
+  for (Geo g : {Geo{8, 64, 16}, Geo{4, 128, 32}, Geo{2, 8, 64}, Geo{1, 64, 32}, Geo{2, 128, 16},
+                Geo{8, 8, 16}, Geo{1, 128, 64}})
+    for (DLDataType kv : {kF32, kBF16, kF16}) {
+      SCOPED_TRACE("n_kv_heads " + std::to_string(g.hkv) + ", head_dim " + std::to_string(g.d) +
+                   ", page_size " + std::to_string(g.ps) + ", " + dt(kv));
+      Workload w(make_spec(8, g.hkv, g.d, g.ps, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew,
+                           uint64_t(g.hkv * 1000 + g.d + g.ps + kv.code), kv, kv));
+      w.request_lse();
+      expect_matches_reference(w, kv.bits == 16 ? kTolHalf : kTolF32);
+    }
+}
+
+TEST_F(AttentionCuda, PrefillHalfStorageF32Queries) {
+  for (DLDataType kv : {kBF16, kF16}) {
+    SCOPED_TRACE(dt(kv));
+    Workload w(make_spec(8, 2, 64, 16, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew, 5, kv));
+    w.request_lse();
+    expect_matches_reference(w, kTolF32);
+  }
+}
+
+TEST_F(AttentionCuda, PrefillBlockSelections) {
+  for (uint32_t heads : {SIEVE_SEL_PER_SEQUENCE, SIEVE_SEL_PER_KV_HEAD, SIEVE_SEL_PER_Q_HEAD})
+    for (int32_t q_block : {1, 16, 50})
+      for (int32_t kbp : {1, 2}) {
+        SCOPED_TRACE("heads " + std::to_string(heads) + ", q_block " + std::to_string(q_block) +
+                     ", k_block_pages " + std::to_string(kbp));
+        Workload w(make_spec(8, 2, 64, 16, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew,
+                             heads * 100 + q_block + kbp));
+        w.set_selection(heads, q_block, kbp, rows_with_an_empty_one(w, heads, q_block, kbp, 0.5, q_block + kbp));
+        w.request_lse();
+        expect_matches_reference(w, kTolF32);
+      }
+}
+
+TEST_F(AttentionCuda, PrefillQRowsLikeDeltaCorrection) {
+  // Every 7th query row of each sequence plus its last, as a Δ-correction anchor pass asks.
+  Workload w(make_spec(8, 2, 64, 32, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew));
+  std::vector<int32_t> rows;
+  for (int32_t b = 0; b < w.batch; ++b) {
+    const int32_t begin = w.qo_indptr.data<int32_t>()[b], end = w.qo_indptr.data<int32_t>()[b + 1];
+    for (int32_t t = begin; t < end; ++t)
+      if ((t - begin) % 7 == 0 || t == end - 1) rows.push_back(t);
+  }
+  w.set_q_rows(rows);
+  w.request_lse();
+  expect_matches_reference(w, kTolF32);
+  // ... rows of a block selection with q_block > 1 (the row kernel finds each row's query block),
+  // split over KV.
+  w.set_selection(SIEVE_SEL_PER_Q_HEAD, 16, 1, w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 16, 1, 0.5, 4));
+  CudaAttentionOptions opt;
+  opt.kv_splits = 3;
+  expect_matches_reference(w, kTolF32, opt);
+}
+
+// ---- bad contents found on the device, refusals, graph capture -------------------------------
+
+TEST_F(AttentionCuda, OutOfRangeSelectionIsSkippedAndReported) {
+  Workload w(make_spec(8, 2, 64, 16, {40, 100}));
+  w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 1, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 1, 1, 1.0, 1));
+  // Row 2 (sequence 1, KV head 0) lists all 7 blocks; make its third one 1000.
+  const int32_t e = w.sel_indptr.data<int32_t>()[2] + 2;
+  w.sel_indices.data<int32_t>()[e] = 1000;
+  DeviceCall call(w);
+  std::string err;
+  ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;  // the host cannot see device contents
+  ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(err, testing::HasSubstr("selection row 2: key block 1000"));
+  for (int64_t i = 0; i < w.out.numel(); ++i) ASSERT_TRUE(std::isfinite(w.out.get(i))) << i;
+  // Read and cleared: the next check is clean.
+  EXPECT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_OK) << err;
+}
+
+TEST_F(AttentionCuda, BadPageIdAndQRowAreReported) {
+  {
+    Workload w(make_spec(4, 2, 64, 16, {40}));
+    w.kv_indices.data<int32_t>()[1] = 1 << 20;  // beyond the pool
+    DeviceCall call(w);
+    std::string err;
+    ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;
+    ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(err, testing::HasSubstr("physical page 1048576 (sequence 0, logical page 1)"));
+  }
+  {
+    Workload w(make_spec(4, 2, 64, 16, {40, 12}));
+    w.set_q_rows({1, 7});
+    DeviceCall call(w);
+    std::string err;
+    ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;
+    ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(err, testing::HasSubstr("q_rows[1]: query token 7"));
+  }
+}
+
+TEST_F(AttentionCuda, Refusals) {
+  std::string err;
+  {  // host tensors
+    Workload w(make_spec(4, 2, 64, 16, {40}));
+    EXPECT_EQ(kernels::attend_cuda(w.args, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(err, testing::HasSubstr("needs every tensor on a CUDA device"));
+  }
+  {  // a head dim the kernels are not built for
+    Workload w(make_spec(4, 2, 32, 16, {40}));
+    DeviceCall call(w);
+    EXPECT_EQ(kernels::attend_cuda(call.args, stream_, &err), SIEVE_ERR_UNSUPPORTED);
+    EXPECT_THAT(err, testing::HasSubstr("head_dim: 32"));
+  }
+  {  // malformed arguments go through the shared checker
+    Workload w(make_spec(4, 2, 64, 16, {40}));
+    DeviceCall call(w);
+    call.args.n_kv_heads = 3;
+    EXPECT_EQ(kernels::attend_cuda(call.args, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(err, testing::HasSubstr("n_kv_heads"));
+  }
+  {  // prefill statistics are not in v1
+    Workload w(make_spec(4, 2, 64, 16, {40}, SIEVE_PHASE_PREFILL));
+    w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+    DeviceCall call(w);
+    EXPECT_EQ(kernels::attend_cuda(call.args, stream_, &err), SIEVE_ERR_UNSUPPORTED);
+  }
+}
+
+TEST_F(AttentionCuda, CapturesIntoACudaGraph) {
+  // Stream capture refuses any synchronisation (and device-wide allocation) inside the captured
+  // region, so a capture that succeeds shows attend_cuda only enqueues work. Split-KV and
+  // statistics without lse use pool scratch, which must be capturable too.
+  Workload w(make_spec(8, 2, 64, 16, {3000, 40}));
+  w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+  DeviceCall call(w);
+  CudaAttentionOptions opt;
+  opt.kv_splits = 5;
+  std::string err;
+  ASSERT_EQ(call.run(stream_, opt, &err), SIEVE_OK) << err;  // first use sets the device up
+  call.poison();
+  cudaGraph_t graph = nullptr;
+  SIEVE_CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+  const sieve_status st = kernels::attend_cuda(call.args, opt, stream_, &err);
+  SIEVE_CUDA_OK(cudaStreamEndCapture(stream_, &graph));
+  ASSERT_EQ(st, SIEVE_OK) << err;
+  cudaGraphExec_t exec = nullptr;
+  SIEVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  SIEVE_CUDA_OK(cudaGraphLaunch(exec, stream_));
+  SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
+  call.download();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  expect_outputs_match(w, kTolF32);
+}
+
+}  // namespace
+}  // namespace sieve

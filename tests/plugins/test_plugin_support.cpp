@@ -1,0 +1,519 @@
+// The plugin-support library itself: generated tables, exception-safe trampolines, entry
+// negotiation, parameter access, generic checks. Policies here are compiled into the test.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sieve/plugin/policy_api.hpp>
+
+#include <new>
+#include <stdexcept>
+
+#include "mocks/mock_host_services.hpp"
+#include "support/host_selection.hpp"
+#include "support/layer_call.hpp"
+
+namespace {
+
+namespace sp = sieve::plugin;
+using sieve::testing::HostSelection;
+using sieve::testing::MockHostServices;
+using sieve::testing::ReasonLog;
+using ::testing::_;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::NiceMock;
+using ::testing::Return;
+using ::testing::StrictMock;
+
+enum class Throw { none, error, std_exception, bad_alloc, other };
+
+class ProbePolicy final : public sp::PolicyBase {
+ public:
+  static constexpr int32_t kHeadDims[] = {8, 64};
+  static constexpr sieve_param_spec kParams[] = {
+      sp::int_param("budget", "8", 1, 64, "pages per row"),
+      sp::float_param("tau", "0.5", 0, 1, "threshold"),
+      sp::bool_param("pin", "1", "pin the first page"),
+      sp::enum_param("metric", "l2", "cosine|l2", "distance"),
+      sp::string_param("weights", "", "weights file"),
+      sp::int_list_param("layers", "0,1", 0, 31, "layers served"),
+  };
+  static constexpr sieve_policy_descriptor kDescriptor = {
+      .hdr = SIEVE_HEADER_INIT(sieve_policy_descriptor),
+      .name = "probe",
+      .vendor = "test",
+      .version_major = 0,
+      .version_minor = 1,
+      .version_patch = 0,
+      .summary = "exercises the support library",
+      .phases = SIEVE_PHASE_DECODE,
+      .devices = SIEVE_DEVICE_CPU,
+      .dtypes = SIEVE_DTYPE_F32 | SIEVE_DTYPE_BF16,
+      .head_dims = kHeadDims,
+      .n_head_dims = 2,
+      .page_sizes = nullptr,
+      .n_page_sizes = 0,
+      .selection_heads = SIEVE_SEL_PER_KV_HEAD,
+      .needs = 0,
+      .evicts_kv = 0,
+      .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
+  };
+  static inline int validate_calls = 0;
+  static inline Throw select_throws = Throw::none;
+
+  static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
+    ++validate_calls;
+    if (p.integer("budget") * g.page_size > g.max_seq_len)
+      r.invalid("budget x page_size = ", p.integer("budget") * g.page_size, " exceeds max_seq_len");
+  }
+
+  explicit ProbePolicy(const sp::CreateContext& ctx)
+      : PolicyBase(ctx), scratch_(allocate(sieve::kCpu, 1024, 64)) {
+    if (ctx.params.text("weights") == "missing.bin")
+      sp::fail(SIEVE_ERR_NOT_FOUND, "weights file 'missing.bin' not found");
+    log_info("created with budget ", ctx.params.integer("budget"));
+  }
+
+  void select(const sieve_layer_call&, sieve_selection& selection, uint32_t& stats) override {
+    switch (select_throws) {
+      case Throw::error: sp::fail(SIEVE_ERR_CAPACITY, "row ", 3, " needs ", 9, " pages");
+      case Throw::std_exception: throw std::logic_error("broken invariant");
+      case Throw::bad_alloc: throw std::bad_alloc();
+      case Throw::other: throw 42;
+      case Throw::none: break;
+    }
+    selection.kind = SIEVE_SEL_BLOCKS;
+    stats = SIEVE_STATS_PAGE_MASS_PER_KV_HEAD;
+  }
+  void end_step(const sieve_step_end&) override {}
+
+ private:
+  sp::HostBuffer scratch_;
+};
+
+// No parameters, no validate, one hook declared by an intermediate class.
+class AppendBase : public sp::PolicyBase {
+ public:
+  using PolicyBase::PolicyBase;
+  void on_append(const sieve_layer_call&, const sieve_kv_append&) override {}
+};
+class MinimalPolicy final : public AppendBase {
+ public:
+  static constexpr sieve_policy_descriptor kDescriptor = {
+      .hdr = SIEVE_HEADER_INIT(sieve_policy_descriptor),
+      .name = "minimal",
+      .vendor = "test",
+      .version_major = 0,
+      .version_minor = 0,
+      .version_patch = 1,
+      .summary = "no parameters, one inherited hook",
+      .phases = SIEVE_PHASE_PREFILL,
+      .devices = SIEVE_DEVICE_CPU | SIEVE_DEVICE_CUDA,
+      .dtypes = SIEVE_DTYPE_F32,
+      .head_dims = nullptr,
+      .n_head_dims = 0,
+      .page_sizes = nullptr,
+      .n_page_sizes = 0,
+      .selection_heads = SIEVE_SEL_PER_SEQUENCE,
+      .needs = 0,
+      .evicts_kv = 0,
+      .cuda_graph = SIEVE_CUDA_GRAPH_FULL,
+  };
+  using AppendBase::AppendBase;
+};
+
+}  // namespace
+
+SIEVE_DEFINE_PLUGIN(ProbePolicy);
+
+namespace {
+
+const sieve_policy_api& probe_api() { return sp::policy_api_v<ProbePolicy>; }
+
+// Values for ProbePolicy's schema, defaults filled in; tests tweak them.
+struct ProbeValues {
+  int64_t layers[2] = {0, 1};
+  sieve_param_value v[6] = {
+      {SIEVE_PARAM_INT, 8, 0, nullptr, nullptr, 0},
+      {SIEVE_PARAM_FLOAT, 0, 0.5, nullptr, nullptr, 0},
+      {SIEVE_PARAM_BOOL, 1, 0, nullptr, nullptr, 0},
+      {SIEVE_PARAM_ENUM, 1, 0, "l2", nullptr, 0},
+      {SIEVE_PARAM_STRING, 0, 0, "", nullptr, 0},
+      {SIEVE_PARAM_INT_LIST, 0, 0, nullptr, layers, 2},
+  };
+  uint32_t n = 6;
+};
+
+sieve_geometry probe_geometry() { return sieve::testing::test_geometry(16, 4, 512); }
+
+TEST(PluginSupport, HooksArePresentExactlyWhereOverridden) {
+  const sieve_policy_api& probe = probe_api();
+  EXPECT_EQ(probe.hdr.struct_size, sizeof(sieve_policy_api));
+  EXPECT_EQ(probe.descriptor, &ProbePolicy::kDescriptor);
+  EXPECT_EQ(probe.n_params, 6u);
+  EXPECT_STREQ(probe.params[0].name, "budget");
+  EXPECT_NE(probe.select, nullptr);
+  EXPECT_NE(probe.end_step, nullptr);
+  EXPECT_EQ(probe.on_append, nullptr);
+  EXPECT_EQ(probe.attend, nullptr);
+  EXPECT_EQ(probe.observe, nullptr);
+  EXPECT_EQ(probe.correct, nullptr);
+
+  const sieve_policy_api& minimal = sp::policy_api_v<MinimalPolicy>;
+  EXPECT_EQ(minimal.params, nullptr);
+  EXPECT_EQ(minimal.n_params, 0u);
+  EXPECT_NE(minimal.on_append, nullptr);  // declared by the intermediate class
+  EXPECT_EQ(minimal.select, nullptr);
+  EXPECT_EQ(minimal.end_step, nullptr);
+  EXPECT_NE(minimal.validate, nullptr);
+  EXPECT_NE(minimal.create, nullptr);
+}
+
+TEST(PluginSupport, EntryPointNegotiatesTheMajor) {
+  uint32_t major = 99;
+  const sieve_plugin* table = nullptr;
+  ASSERT_EQ(sieve_plugin_entry(1, &major, &table), SIEVE_OK);
+  EXPECT_EQ(major, 1u);
+  ASSERT_EQ(table, &sp::plugin_table_v<ProbePolicy>);
+  EXPECT_EQ(table->abi_major, 1u);
+  EXPECT_STREQ(table->name, "probe");
+  EXPECT_EQ(table->policy, &probe_api());
+  EXPECT_EQ(table->kv_store, nullptr);
+
+  major = 99;
+  EXPECT_EQ(sieve_plugin_entry(3, &major, &table), SIEVE_OK);  // a newer host still speaks 1
+  EXPECT_EQ(major, 1u);
+  EXPECT_NE(table, nullptr);
+
+  major = 99;
+  EXPECT_EQ(sieve_plugin_entry(0, &major, &table), SIEVE_ERR_VERSION);
+  EXPECT_EQ(major, 1u);  // always written, so the host can name both numbers
+  EXPECT_EQ(table, nullptr);
+
+  EXPECT_EQ(sieve_plugin_entry(1, nullptr, &table), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(table, nullptr);
+  EXPECT_EQ(sieve_plugin_entry(1, &major, nullptr), SIEVE_ERR_INVALID_ARGUMENT);
+}
+
+TEST(PluginSupport, ValidateReportsEveryReason) {
+  sieve_geometry g = probe_geometry();
+  g.n_q_heads = 6;  // not a multiple of n_kv_heads = 4
+  g.n_kv_heads = 4;
+  g.head_dim = 16;  // not listed
+  g.kv_dtype = sieve::kF16;
+  g.device = {kDLCUDA, 0};
+  ProbeValues pv;
+  pv.v[0].i = 65;  // budget out of [1, 64]
+  ReasonLog log;
+  const int calls = ProbePolicy::validate_calls;
+  EXPECT_EQ(probe_api().validate(&g, pv.v, pv.n, log.sink()), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(log.lines.size(), 5u) << log.all();
+  const std::string all = log.all();
+  EXPECT_THAT(all, HasSubstr("n_q_heads = 6 is not a multiple of n_kv_heads = 4"));
+  EXPECT_THAT(all, HasSubstr("head_dim 16 is not supported by probe"));
+  EXPECT_THAT(all, HasSubstr("KV dtype f16 is not supported"));
+  EXPECT_THAT(all, HasSubstr("device cuda:0 is not supported"));
+  EXPECT_THAT(all, HasSubstr("parameter 'budget' = 65 is outside [1, 64]"));
+  EXPECT_EQ(ProbePolicy::validate_calls, calls) << "the policy's own validate runs after the generic checks pass";
+}
+
+TEST(PluginSupport, ValidateStatusIsUnsupportedWhenNothingIsInvalid) {
+  sieve_geometry g = probe_geometry();
+  g.kv_dtype = sieve::kF16;
+  ProbeValues pv;
+  ReasonLog log;
+  EXPECT_EQ(probe_api().validate(&g, pv.v, pv.n, log.sink()), SIEVE_ERR_UNSUPPORTED);
+  EXPECT_EQ(log.lines.size(), 1u) << log.all();
+}
+
+TEST(PluginSupport, ValidateRunsThePolicysOwnChecksAndAcceptsGoodInput) {
+  sieve_geometry g = probe_geometry();
+  ProbeValues pv;
+  ReasonLog log;
+  EXPECT_EQ(probe_api().validate(&g, pv.v, pv.n, log.sink()), SIEVE_OK) << log.all();
+  EXPECT_TRUE(log.lines.empty());
+
+  g.max_seq_len = 100;  // budget 8 x page 16 = 128 > 100
+  const int calls = ProbePolicy::validate_calls;
+  EXPECT_EQ(probe_api().validate(&g, pv.v, pv.n, log.sink()), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ProbePolicy::validate_calls, calls + 1);
+  ASSERT_EQ(log.lines.size(), 1u);
+  EXPECT_THAT(log.lines[0], HasSubstr("budget x page_size = 128 exceeds max_seq_len"));
+}
+
+TEST(PluginSupport, ValidateRefusesBadValuesAndStructs) {
+  sieve_geometry g = probe_geometry();
+  ProbeValues pv;
+  {
+    ReasonLog log;
+    EXPECT_EQ(probe_api().validate(&g, pv.v, 2, log.sink()), SIEVE_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(log.lines.size(), 1u);
+    EXPECT_THAT(log.lines[0], HasSubstr("expected 6 parameter value(s) (budget, tau, pin, metric, "
+                                        "weights, layers), got 2"));
+  }
+  {
+    ReasonLog log;
+    EXPECT_EQ(probe_api().validate(nullptr, pv.v, pv.n, log.sink()), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(log.all(), HasSubstr("geometry is NULL"));
+  }
+  {
+    ReasonLog log;
+    sieve_geometry small = g;
+    small.hdr.struct_size = 12;
+    EXPECT_EQ(probe_api().validate(&small, pv.v, pv.n, log.sink()), SIEVE_ERR_VERSION);
+    EXPECT_THAT(log.all(), HasSubstr("geometry is 12 bytes"));
+  }
+  {
+    ReasonLog log;
+    ProbeValues bad;
+    bad.v[1].type = SIEVE_PARAM_INT;    // tau sent as an int
+    bad.v[2].i = 2;                     // not a bool
+    bad.v[3].i = 2;                     // enum index past "cosine|l2"
+    bad.v[4].s = nullptr;               // NULL string
+    bad.layers[1] = 40;                 // list entry out of [0, 31]
+    EXPECT_EQ(probe_api().validate(&g, bad.v, bad.n, log.sink()), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(log.lines.size(), 5u) << log.all();
+    EXPECT_THAT(log.all(), HasSubstr("parameter 'tau' is a float, got a value of type int"));
+    EXPECT_THAT(log.all(), HasSubstr("parameter 'layers' entry 1 = 40 is outside [0, 31]"));
+  }
+  {
+    ReasonLog log;
+    ProbeValues bad;
+    bad.v[1].f = 1.25;  // tau out of [0, 1]: numbers are printed as a user writes them
+    EXPECT_EQ(probe_api().validate(&g, bad.v, bad.n, log.sink()), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(log.all(), "parameter 'tau' = 1.25 is outside [0, 1]\n");
+  }
+  // A sink without a callback is simply not told.
+  EXPECT_EQ(probe_api().validate(&g, pv.v, 1, sieve_reason_sink{nullptr, nullptr}),
+            SIEVE_ERR_INVALID_ARGUMENT);
+}
+
+TEST(PluginSupport, CreateAllocatesThroughTheHostAndDestroyFrees) {
+  NiceMock<MockHostServices> host;
+  sieve_geometry g = probe_geometry();
+  ProbeValues pv;
+  EXPECT_CALL(host, alloc(_, 1024, 64)).Times(1);
+  EXPECT_CALL(host, log(SIEVE_LOG_INFO, "probe", "created with budget 8")).Times(1);
+  sieve_policy* p = nullptr;
+  ReasonLog err;
+  ASSERT_EQ(probe_api().create(host.table(), &g, pv.v, pv.n, nullptr, nullptr, &p, err.sink()),
+            SIEVE_OK)
+      << err.all();
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(host.live_allocations(), 1u);
+  EXPECT_STREQ(probe_api().last_error(p), "");
+  EXPECT_CALL(host, free(_, _)).Times(1);
+  probe_api().destroy(p);
+  EXPECT_EQ(host.live_allocations(), 0u);
+}
+
+TEST(PluginSupport, CreateRefusesWhatValidateRefusesWithOneLine) {
+  StrictMock<MockHostServices> host;  // nothing may be allocated or logged
+  sieve_geometry g = probe_geometry();
+  g.page_size = 0;
+  ProbeValues pv;
+  pv.v[0].i = 0;
+  sieve_policy* p = reinterpret_cast<sieve_policy*>(&host);  // must be reset to NULL
+  ReasonLog err;
+  EXPECT_EQ(probe_api().create(host.table(), &g, pv.v, pv.n, nullptr, nullptr, &p, err.sink()),
+            SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(p, nullptr);
+  ASSERT_EQ(err.lines.size(), 1u);
+  EXPECT_THAT(err.lines[0], AllOf(HasSubstr("create: "), HasSubstr("page_size = 0 must be > 0"),
+                                  HasSubstr("; parameter 'budget' = 0 is outside [1, 64]")));
+}
+
+TEST(PluginSupport, CreateTurnsAThrowingConstructorIntoAStatusWithoutLeaking) {
+  NiceMock<MockHostServices> host;
+  sieve_geometry g = probe_geometry();
+  ProbeValues pv;
+  pv.v[4].s = "missing.bin";
+  sieve_policy* p = nullptr;
+  ReasonLog err;
+  EXPECT_EQ(probe_api().create(host.table(), &g, pv.v, pv.n, nullptr, nullptr, &p, err.sink()),
+            SIEVE_ERR_NOT_FOUND);
+  EXPECT_EQ(p, nullptr);
+  ASSERT_EQ(err.lines.size(), 1u);
+  EXPECT_EQ(err.lines[0], "create: weights file 'missing.bin' not found");
+  EXPECT_EQ(host.live_allocations(), 0u) << "the scratch allocated before the throw was freed";
+}
+
+TEST(PluginSupport, CreateReportsAHostOutOfMemoryAndBadServices) {
+  NiceMock<MockHostServices> host;
+  sieve_geometry g = probe_geometry();
+  ProbeValues pv;
+  sieve_policy* p = nullptr;
+  ReasonLog err;
+  EXPECT_CALL(host, alloc(_, _, _)).WillOnce(Return(nullptr));
+  EXPECT_EQ(probe_api().create(host.table(), &g, pv.v, pv.n, nullptr, nullptr, &p, err.sink()),
+            SIEVE_ERR_OUT_OF_MEMORY);
+  EXPECT_THAT(err.all(), HasSubstr("could not allocate 1024 bytes on cpu"));
+
+  err.lines.clear();
+  EXPECT_EQ(probe_api().create(nullptr, &g, pv.v, pv.n, nullptr, nullptr, &p, err.sink()),
+            SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(err.all(), HasSubstr("host services is NULL"));
+
+  sieve_host_services old = *host.table();
+  old.hdr.struct_size = 16;
+  err.lines.clear();
+  EXPECT_EQ(probe_api().create(&old, &g, pv.v, pv.n, nullptr, nullptr, &p, err.sink()),
+            SIEVE_ERR_VERSION);
+  EXPECT_EQ(probe_api().create(host.table(), &g, pv.v, pv.n, nullptr, nullptr, nullptr, err.sink()),
+            SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(p, nullptr);
+}
+
+class ProbeHooks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sieve_geometry g = probe_geometry();
+    ProbeValues pv;
+    ReasonLog err;
+    ASSERT_EQ(probe_api().create(host_.table(), &g, pv.v, pv.n, nullptr, nullptr, &p_, err.sink()),
+              SIEVE_OK)
+        << err.all();
+    call_.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
+  }
+  void TearDown() override {
+    ProbePolicy::select_throws = Throw::none;
+    probe_api().destroy(p_);
+    EXPECT_EQ(host_.live_allocations(), 0u);
+  }
+  sieve_status select() {
+    uint32_t stats = SIEVE_STATS_NONE;
+    return probe_api().select(p_, &call_, selection_.get(), &stats);
+  }
+  NiceMock<MockHostServices> host_;
+  sieve_policy* p_ = nullptr;
+  sieve_layer_call call_{};
+  HostSelection selection_{4, 16};
+};
+
+TEST_F(ProbeHooks, ASuccessfulHookReturnsOk) {
+  uint32_t stats = SIEVE_STATS_NONE;
+  ASSERT_EQ(probe_api().select(p_, &call_, selection_.get(), &stats), SIEVE_OK);
+  EXPECT_EQ(selection_.sel().kind, uint32_t(SIEVE_SEL_BLOCKS));
+  EXPECT_EQ(stats, uint32_t(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD));
+}
+
+TEST_F(ProbeHooks, ExceptionsBecomeStatusesAndLastError) {
+  ProbePolicy::select_throws = Throw::error;
+  EXPECT_EQ(select(), SIEVE_ERR_CAPACITY);
+  EXPECT_STREQ(probe_api().last_error(p_), "select: row 3 needs 9 pages");
+
+  ProbePolicy::select_throws = Throw::std_exception;
+  EXPECT_EQ(select(), SIEVE_ERR_INTERNAL);
+  EXPECT_STREQ(probe_api().last_error(p_), "select: internal error: broken invariant");
+
+  ProbePolicy::select_throws = Throw::bad_alloc;
+  EXPECT_EQ(select(), SIEVE_ERR_OUT_OF_MEMORY);
+  EXPECT_STREQ(probe_api().last_error(p_), "select: out of host memory");
+
+  ProbePolicy::select_throws = Throw::other;
+  EXPECT_EQ(select(), SIEVE_ERR_INTERNAL);
+  EXPECT_STREQ(probe_api().last_error(p_), "select: internal error: unknown exception");
+
+  ProbePolicy::select_throws = Throw::none;
+  EXPECT_EQ(select(), SIEVE_OK);
+  EXPECT_STREQ(probe_api().last_error(p_), "select: internal error: unknown exception")
+      << "last_error keeps the last failure";
+}
+
+TEST_F(ProbeHooks, NullOrTooSmallArgumentsAreRefusedBeforeTheHookRuns) {
+  uint32_t stats = 0;
+  EXPECT_EQ(probe_api().select(p_, &call_, nullptr, &stats), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(probe_api().last_error(p_), "select: selection is NULL");
+  EXPECT_EQ(probe_api().select(p_, &call_, selection_.get(), nullptr), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(probe_api().last_error(p_), "select: stats is NULL");
+  EXPECT_EQ(probe_api().select(nullptr, &call_, selection_.get(), &stats), SIEVE_ERR_INVALID_ARGUMENT);
+  call_.hdr.struct_size = 8;
+  EXPECT_EQ(probe_api().select(p_, &call_, selection_.get(), &stats), SIEVE_ERR_VERSION);
+  EXPECT_THAT(probe_api().last_error(p_), HasSubstr("select: layer call is 8 bytes"));
+  EXPECT_EQ(selection_.sel().kind, uint32_t(SIEVE_SEL_ALL)) << "the hook body never ran";
+  EXPECT_EQ(probe_api().end_step(p_, nullptr), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(probe_api().last_error(p_), "end_step: step end is NULL");
+  EXPECT_NE(probe_api().last_error(nullptr), nullptr);
+}
+
+TEST(PluginSupport, ParamsGiveTypedValuesByName) {
+  ProbeValues pv;
+  pv.v[4].s = "w.bin";
+  const sp::Params p(ProbePolicy::kParams, 6, pv.v, pv.n);
+  EXPECT_EQ(p.integer("budget"), 8);
+  EXPECT_DOUBLE_EQ(p.real("tau"), 0.5);
+  EXPECT_TRUE(p.boolean("pin"));
+  EXPECT_EQ(p.choice("metric"), 1u);
+  EXPECT_EQ(p.text("metric"), "l2");
+  EXPECT_EQ(p.text("weights"), "w.bin");
+  ASSERT_EQ(p.int_list("layers").size(), 2u);
+  EXPECT_EQ(p.int_list("layers")[1], 1);
+
+  auto status_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const sp::Error& e) {
+      return e.status();
+    }
+    return SIEVE_OK;
+  };
+  EXPECT_EQ(status_of([&] { (void)p.real("budget"); }), SIEVE_ERR_INTERNAL);  // plugin bug
+  EXPECT_EQ(status_of([&] { (void)p.integer("nope"); }), SIEVE_ERR_INTERNAL);
+  pv.v[0].i = 0;
+  EXPECT_EQ(status_of([&] { sp::Params(ProbePolicy::kParams, 6, pv.v, pv.n); }),
+            SIEVE_ERR_INVALID_ARGUMENT);
+}
+
+TEST(PluginSupport, SelectionHelpersCountRowsAndCheckStorage) {
+  std::vector<int32_t> qo = {0, 5, 5, 21};  // 5, 0 and 16 queries
+  sieve_layer_call call{};
+  call.batch = 3;
+  call.qo_indptr_host = qo.data();
+  EXPECT_EQ(sp::selection_rows(call, 4, 1), 2 + 0 + 4);
+  EXPECT_EQ(sp::selection_rows(call, 4, 8), (2 + 0 + 4) * 8);
+  EXPECT_EQ(sp::selection_rows(call, 1, 1), 21);
+  qo[2] = 3;  // decreasing
+  EXPECT_THROW(sp::selection_rows(call, 4, 1), sp::Error);
+
+  HostSelection s(6, 10);
+  auto status_of = [&](int64_t rows, int64_t nnz, DLDevice dev) {
+    try {
+      sp::check_selection_storage(s.sel(), rows, nnz, dev);
+    } catch (const sp::Error& e) {
+      return e.status();
+    }
+    return SIEVE_OK;
+  };
+  EXPECT_EQ(status_of(6, 10, sieve::kCpu), SIEVE_OK);
+  EXPECT_EQ(status_of(6, 11, sieve::kCpu), SIEVE_ERR_CAPACITY);
+  EXPECT_EQ(status_of(7, 1, sieve::kCpu), SIEVE_ERR_INVALID_ARGUMENT);  // indptr too short
+  EXPECT_EQ(status_of(1, 1, DLDevice{kDLCUDA, 0}), SIEVE_ERR_INVALID_ARGUMENT);
+  s.get()->indices.dtype = sieve::kF32;
+  EXPECT_EQ(status_of(1, 1, sieve::kCpu), SIEVE_ERR_INVALID_ARGUMENT);
+}
+
+TEST(PluginSupport, ReasonsStatusPrefersInvalid) {
+  sp::Reasons r;
+  EXPECT_EQ(r.status(), SIEVE_OK);
+  r.unsupported("a");
+  EXPECT_EQ(r.status(), SIEVE_ERR_UNSUPPORTED);
+  r.invalid("b");
+  r.unsupported("c");
+  EXPECT_EQ(r.status(), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(r.joined(), "a; b; c");
+  EXPECT_STREQ(sp::status_name(SIEVE_ERR_CAPACITY), "SIEVE_ERR_CAPACITY");
+}
+
+TEST(PluginSupport, LoggingWithoutAHostCallbackIsDropped) {
+  NiceMock<MockHostServices> host;
+  host.mutable_table()->log = nullptr;
+  sieve_geometry g = probe_geometry();
+  ProbeValues pv;
+  sieve_policy* p = nullptr;
+  ReasonLog err;
+  EXPECT_CALL(host, log).Times(0);
+  ASSERT_EQ(probe_api().create(host.table(), &g, pv.v, pv.n, nullptr, nullptr, &p, err.sink()),
+            SIEVE_OK);
+  probe_api().destroy(p);
+}
+
+}  // namespace

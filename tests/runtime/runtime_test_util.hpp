@@ -1,0 +1,66 @@
+// Helpers shared by the runtime tests: fixture paths, scratch directories, environment guards.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <string>
+
+namespace sieve::test {
+
+inline std::string fixture(const std::string& name) {
+  return std::string(SIEVE_FIXTURE_DIR) + "/libsieve_" + name + ".so";
+}
+inline std::string fixture_variant(const std::string& name) {
+  return std::string(SIEVE_FIXTURE_DIR) + "/variants/libsieve_" + name + ".so";
+}
+
+// A fresh directory under the system temp dir, removed with its contents at scope exit.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() /
+            ("sieve_rt_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  std::string str() const { return path_.string(); }
+  // Copy `file` into this directory as `name` and return the new path.
+  std::string add(const std::string& file, const std::string& name) const {
+    auto to = path_ / name;
+    std::filesystem::copy_file(file, to, std::filesystem::copy_options::overwrite_existing);
+    return to.string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Sets (or unsets, with nullopt) an environment variable for the scope, then restores it.
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value->c_str(), 1);
+    else ::unsetenv(name);
+  }
+  ~EnvGuard() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace sieve::test

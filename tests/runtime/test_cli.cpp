@@ -1,0 +1,123 @@
+// The `sieve plugins` and `sieve conform` commands, run as subprocesses: exit codes and the lines
+// a user (or CI) reads.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "runtime_test_util.hpp"
+
+using sieve::test::fixture;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace {
+
+struct CliRun {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun sieve_cli(const std::string& args, bool merge_stderr = true) {
+  const std::string bin = std::string(SIEVE_BIN_DIR) + "/sieve";
+  CliRun r;
+  std::string cmd = "'" + bin + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(SIEVE_BIN_DIR) + "/sieve"))
+      GTEST_SKIP() << "the sieve executable was not built";
+  }
+  sieve::test::EnvGuard no_env_{"SIEVE_PLUGIN_PATH", std::nullopt};
+};
+
+TEST_F(Cli, PluginsListsFixturesAndFailures) {
+  CliRun r = sieve_cli("plugins --plugin-dir " SIEVE_FIXTURE_DIR);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("minimal 1.0.0 (sieve_test)"));
+  EXPECT_THAT(r.out, HasSubstr("  phases     prefill,decode\n"));
+  EXPECT_THAT(r.out, HasSubstr("budget     int       = 64"));
+  EXPECT_THAT(r.out, HasSubstr("not loaded:\n"));
+  EXPECT_THAT(r.out, HasSubstr(fixture("wrong_major") + ": ABI major 2 (plugin) vs 1 (host)"));
+  EXPECT_THAT(r.out, HasSubstr(fixture("not_elf") + ": not an ELF shared library"));
+}
+
+TEST_F(Cli, PluginsJson) {
+  CliRun r = sieve_cli("plugins --json --plugin-dir " SIEVE_FIXTURE_DIR, false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["search_path"][0]["source"], "--plugin-dir");
+  nlohmann::json minimal;
+  for (auto& p : j["plugins"])
+    if (p["name"] == "minimal" && p["path"].get<std::string>().rfind(SIEVE_FIXTURE_DIR, 0) == 0)
+      minimal = p;
+  ASSERT_FALSE(minimal.is_null()) << r.out;
+  EXPECT_EQ(minimal["phases"], "prefill,decode");
+  EXPECT_EQ(minimal["head_dims"], "64,128");
+  EXPECT_EQ(minimal["cuda_graph"], "full");
+  ASSERT_EQ(minimal["params"].size(), 6u);
+  EXPECT_EQ(minimal["params"][2]["choices"], "first|last|both");
+  bool saw_truncated = false;
+  for (auto& f : j["failures"])
+    saw_truncated |= f["reason"].get<std::string>().find("truncated ELF file") != std::string::npos;
+  EXPECT_TRUE(saw_truncated);
+}
+
+TEST_F(Cli, PluginsMissingDirectory) {
+  CliRun r = sieve_cli("plugins --plugin-dir /nonexistent/plugins");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("sieve plugins: --plugin-dir /nonexistent/plugins does not exist"));
+}
+
+TEST_F(Cli, PluginsBadOption) {
+  CliRun r = sieve_cli("plugins --bogus");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("sieve plugins: unrecognised option '--bogus'"));
+}
+
+TEST_F(Cli, ConformPassesTheMinimalFixture) {
+  CliRun r = sieve_cli("conform " + fixture("minimal"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("PASS  negotiate_host_major"));
+  EXPECT_THAT(r.out, Not(HasSubstr("FAIL ")));
+  EXPECT_THAT(r.out, HasSubstr("PASS: "));
+}
+
+TEST_F(Cli, ConformFailsBrokenFixtures) {
+  CliRun r = sieve_cli("conform " + fixture("wrong_major"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("FAIL  negotiate_host_major"));
+  EXPECT_THAT(r.out, HasSubstr("ABI major 2 (plugin) vs 1 (host)"));
+  r = sieve_cli("conform " + fixture("crash_validate"));
+  EXPECT_EQ(r.status, 1);  // a clean failure, not the crash's signal
+  EXPECT_THAT(r.out, HasSubstr("plugin crashed (Segmentation fault"));
+  r = sieve_cli("conform /nonexistent/libsieve_x.so --json", false);
+  EXPECT_EQ(r.status, 1);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["passed"], false);
+  EXPECT_EQ(j["checks"][0]["name"], "file");
+  EXPECT_EQ(j["checks"][0]["result"], "fail");
+  EXPECT_EQ(j["checks"][0]["detail"], "no such file");
+}
+
+TEST_F(Cli, ConformUsage) {
+  CliRun r = sieve_cli("conform");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("name a plugin file"));
+}
+
+}  // namespace
