@@ -164,7 +164,7 @@ int cmd_attn(int argc, char** argv) {
   std::vector<std::string> chains;
   if (builtin) {
     // The README's main job: a mid-size decode workload, dense against StreamingLLM windows.
-    if (vm["context"].defaulted()) spec.context = {2048};
+    if (vm["context"].defaulted()) spec.context = {2048}, contexts = "2048";
     if (vm["q-heads"].defaulted()) spec.n_q_heads = 8;
     if (vm["kv-heads"].defaulted()) spec.n_kv_heads = 2;
     if (vm["head-dim"].defaulted()) spec.head_dim = 64;
@@ -174,25 +174,39 @@ int cmd_attn(int argc, char** argv) {
     chains = {chain_text};
   }
 
-  nlohmann::json all = nlohmann::json::array();
-  if (!json) {
-    std::printf("workload: %s, batch %zu, context %s, %d q heads / %d kv heads, head dim %d, page %d, %s KV on %s\n",
-                phase.c_str(), spec.context.size(), contexts.c_str(), spec.n_q_heads, spec.n_kv_heads,
-                spec.head_dim, spec.page_size, dtype.c_str(), sieve::device_name(spec.device).c_str());
-    std::printf("%-34s %8s %12s %10s %12s %12s %12s\n", "chain", "recall", "out rel err", "attended",
-                "KV bytes", "chain ms", "dense ms");
-  }
+  // Parse every chain before running any. A bare chain ("streaming(window=64)") means every layer.
+  std::vector<runtime::ChainSpec> specs;
   for (const auto& text : chains) {
     runtime::ChainSpec cs;
     std::string error;
-    bool ok = chain_file.empty() ? runtime::parse_chain_spec(text, &cs, &error)
+    const bool bare = text.find('=') == std::string::npos || text.find('=') > text.find('(');
+    bool ok = chain_file.empty() ? runtime::parse_chain_spec(bare ? "*=" + text : text, &cs, &error)
                                  : runtime::load_chain_file(chain_file, &cs, &error);
     if (!ok) {
       std::fprintf(stderr, "sieve attn: %s\n", error.c_str());
       return 1;
     }
+    specs.push_back(std::move(cs));
+  }
+
+  nlohmann::json all = nlohmann::json::array();
+  // Nothing is printed until every chain ran: a failure leaves no partial table behind.
+  std::string table;
+  auto add = [&table](const char* fmt, auto... args) {
+    char line[512];
+    std::snprintf(line, sizeof line, fmt, args...);
+    table += line;
+  };
+  add("workload: %s, batch %zu, context %s, %d q heads / %d kv heads, head dim %d, page %d, %s KV on %s\n",
+      phase.c_str(), spec.context.size(), contexts.c_str(), spec.n_q_heads, spec.n_kv_heads, spec.head_dim,
+      spec.page_size, dtype.c_str(), sieve::device_name(spec.device).c_str());
+  add("%-34s %8s %12s %10s %12s %12s %12s\n", "chain", "recall", "out rel err", "attended", "KV bytes", "chain ms",
+      "dense ms");
+  for (size_t c = 0; c < chains.size(); ++c) {
+    const std::string& text = chains[c];
+    std::string error;
     runtime::SyntheticReport r;
-    if (!runtime::run_synthetic(spec, cs, registry, &r, &error)) {
+    if (!runtime::run_synthetic(spec, specs[c], registry, &r, &error)) {
       std::fprintf(stderr, "sieve attn: %s\n", error.c_str());
       return 1;
     }
@@ -200,17 +214,17 @@ int cmd_attn(int argc, char** argv) {
     if (json) {
       all.push_back(to_json(label, r));
     } else {
-      std::printf("%-34s %8.4f %12.3e %9.1f%% %12llu %12.3f %12.3f\n", label.c_str(), r.recall, r.rel_err,
+      add("%-34s %8.4f %12.3e %9.1f%% %12llu %12.3f %12.3f\n", label.c_str(), r.recall, r.rel_err,
                   100.0 * r.attended_fraction, static_cast<unsigned long long>(r.kv_bytes), 1e3 * r.chain_seconds,
                   1e3 * r.dense_seconds);
       for (const auto& [name, m] : r.metrics)
-        std::printf("    metric %-20s mean %.4g (min %.4g, max %.4g, %llu reports)\n", name.c_str(), m.mean(), m.min,
+        add("    metric %-20s mean %.4g (min %.4g, max %.4g, %llu reports)\n", name.c_str(), m.mean(), m.min,
                     m.max, static_cast<unsigned long long>(m.count));
     }
   }
   if (json) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";
   else
-    std::printf("recall: dense softmax mass (f64) on the attended keys; out rel err: |o - o_dense| / |o_dense|;\n"
+    std::printf("%s", table.c_str()), std::printf("recall: dense softmax mass (f64) on the attended keys; out rel err: |o - o_dense| / |o_dense|;\n"
                 "chain ms: the layer call through the chain (KV append included); dense ms: the core dense kernel alone.\n");
   return 0;
 }

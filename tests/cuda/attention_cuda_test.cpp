@@ -383,6 +383,23 @@ TEST_F(AttentionCuda, PrefillQRowsLikeDeltaCorrection) {
   expect_matches_reference(w, kTolF32, opt);
 }
 
+TEST_F(AttentionCuda, PageSizesThatAreNotPowersOfTwo) {
+  // The attention ABI takes any page size (the stores use 16/32/64): the kernels divide instead
+  // of shifting, and a 200-token page gives the statistics pass several tokens per thread.
+  for (int32_t ps : {24, 200}) {
+    SCOPED_TRACE("page_size " + std::to_string(ps));
+    Workload w(make_spec(8, 2, 64, ps, {1, ps - 1, 2 * ps + 3, 5 * ps}, SIEVE_PHASE_DECODE, {}, uint64_t(ps)));
+    w.request_lse();
+    w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
+    expect_matches_reference(w, kTolF32);
+    w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 2, w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 1, 2, 0.5, 2));
+    expect_matches_reference(w, kTolF32);
+    Workload pf(make_spec(8, 2, 64, ps, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew, uint64_t(ps) + 1));
+    pf.request_lse();
+    expect_matches_reference(pf, kTolF32);
+  }
+}
+
 // ---- bad contents found on the device, refusals, graph capture -------------------------------
 
 TEST_F(AttentionCuda, OutOfRangeSelectionIsSkippedAndReported) {

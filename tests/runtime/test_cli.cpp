@@ -2,7 +2,10 @@
 // a user (or CI) reads.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -22,8 +25,8 @@ struct CliRun {
   std::string out;  // stdout and stderr together
 };
 
-CliRun sieve_cli(const std::string& args, bool merge_stderr = true) {
-  const std::string bin = std::string(SIEVE_BIN_DIR) + "/sieve";
+CliRun sieve_cli(const std::string& args, bool merge_stderr = true,
+                 std::string bin = std::string(SIEVE_BIN_DIR) + "/sieve") {
   CliRun r;
   std::string cmd = "'" + bin + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = ::popen(cmd.c_str(), "r");
@@ -87,6 +90,25 @@ TEST_F(Cli, PluginsBadOption) {
   CliRun r = sieve_cli("plugins --bogus");
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, HasSubstr("sieve plugins: unrecognised option '--bogus'"));
+}
+
+TEST_F(Cli, EnvironmentPathIgnoredWhenSetgid) {
+  // Needs root (to give a copy of the binary a foreign group) and a filesystem honouring setgid.
+  sieve::test::ScratchDir dir;
+  struct statvfs fs {};
+  if (::geteuid() != 0 || ::statvfs(dir.str().c_str(), &fs) != 0 || (fs.f_flag & ST_NOSUID))
+    GTEST_SKIP() << "needs root and a filesystem without nosuid";
+  std::string plain = dir.add(std::string(SIEVE_BIN_DIR) + "/sieve", "sieve_plain");
+  std::string setgid = dir.add(std::string(SIEVE_BIN_DIR) + "/sieve", "sieve_setgid");
+  ASSERT_EQ(::chown(setgid.c_str(), uid_t(-1), gid_t(65534)), 0);
+  ASSERT_EQ(::chmod(setgid.c_str(), 02755), 0);
+  sieve::test::EnvGuard env("SIEVE_PLUGIN_PATH", "/env/plugins");
+  CliRun r = sieve_cli("plugins", true, plain);
+  EXPECT_THAT(r.out, HasSubstr("SIEVE_PLUGIN_PATH  /env/plugins"));  // the control
+  r = sieve_cli("plugins", true, setgid);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("SIEVE_PLUGIN_PATH ignored: the process runs setuid/setgid"));
+  EXPECT_THAT(r.out, Not(HasSubstr("/env/plugins")));
 }
 
 TEST_F(Cli, ConformPassesTheMinimalFixture) {

@@ -2,20 +2,23 @@
 // q_rows) over the paged cache, GQA-aware, with split-KV.
 //
 // One CTA per (work row, head unit, KV split); the head unit varies fastest in the grid, so the
-// CTAs of one row (and one KV head's chunks) run together. A head unit is the set of query heads that share a
-// KV head and a selection row: the whole GQA group (chunked by kMaxHeadsPerCta), or one head for
-// PER_Q_HEAD selections. The CTA reads each K/V vector of its token range once from global memory
-// (16-byte loads) and applies it to all of the unit's heads, whose queries and accumulators sit in
-// registers. Threads: TX = head_dim / (16 / sizeof(storage)) lanes cover one token's head_dim; the
-// CTA's 128 / TX lane groups take tokens round robin, U tokens per step (loads in flight before
-// the first use), each group keeping an online softmax (log2 domain, f32) per head. The lane
-// groups merge through shared memory at the end. With one split the CTA writes out and lse; with
-// several it writes a partial state that launch_split_combine() merges by log-sum-exp.
+// CTAs of one row (and one KV head's chunks) run together. A head unit is the set of query heads
+// that share a KV head and a selection row: the whole GQA group (chunked by row_heads_per_cta),
+// or one head for PER_Q_HEAD selections. The CTA reads each K/V vector of its tokens once from
+// global memory (16-byte loads) and applies it to all of the unit's heads, whose queries and
+// accumulators sit in registers. The split's pages (an equal share of the visible pages, or of
+// the selected key blocks) are resolved a chunk at a time into shared memory, and their tokens
+// streamed as one list. Threads: TX = head_dim / (16 / sizeof(storage)) lanes cover one token's
+// head_dim; the CTA's 128 / TX lane groups take tokens round robin, U tokens per step (loads in
+// flight before the first use), each group keeping an online softmax (log2 domain, f32) per head.
+// The lane groups merge through shared memory at the end. With one split the CTA writes out and
+// lse; with several it writes a partial state that launch_split_combine() merges by log-sum-exp.
 #include "attention_cuda_common.cuh"
 
 namespace sieve::kernels::cuda {
 namespace {
 
+constexpr int kPageChunk = 256;  // page slots staged in shared memory at a time
 
 template <class KT, int D, int HG>
 __global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParams p) {
@@ -27,7 +30,8 @@ __global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParam
   __shared__ float sm_m[NG][HG];
   __shared__ float sm_l[NG][HG];
   __shared__ __align__(16) float sm_acc[NG][HG][D];
-  __shared__ int32_t sm_page[kPageChunk];  // physical ids of the pages being read, -1: bad id
+  __shared__ int32_t sm_page[kPageChunk];   // physical id of each page slot of a chunk, -1: skip
+  __shared__ int32_t sm_lpage[kPageChunk];  // its logical page
 
   const int tid = threadIdx.x;
   const int tx = tid % TX;
@@ -73,31 +77,63 @@ __global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParam
   const KT* vbase = static_cast<const KT*>(p.v);
   const int P = p.page_size;
 
-  // Online softmax over keys [rs, re) of the sequence (CTA-uniform bounds: every lane runs the
-  // same steps, so the shuffles below see full warps, and the barriers are reached by all).
-  // The page table is read a chunk of pages at a time into shared memory, so a K/V load waits on
-  // a shared-memory read rather than on a dependent global load of its page id.
-  auto attend_range = [&](int32_t rs, int32_t re) {
-   const int32_t p_first = p.page_shift >= 0 ? rs >> p.page_shift : rs / P;
-   const int32_t p_end = (p.page_shift >= 0 ? (re - 1) >> p.page_shift : (re - 1) / P) + 1;
-   for (int32_t pc = p_first; pc < p_end; pc += kPageChunk) {
-    const int32_t n_chunk = min(kPageChunk, p_end - pc);
-    __syncthreads();  // the previous chunk's ids are no longer read
-    for (int i = tid; i < n_chunk; i += kThreads) sm_page[i] = physical_page(p, qt.b, qt.page_base, pc + i);
+  // This split's share of the work, as "virtual page slots": dense, slot v is logical page
+  // pb + v of an equal share [pb, pe) of the visible pages; block-sparse, slot v is page
+  // v % k_block_pages of the selected block at entry e0 + v / k_block_pages of an equal share
+  // [e0, e1) of the row's entries. A chunk of slots is resolved into shared memory (physical id
+  // and logical page; -1 for a page past the causal limit, past the sequence, or bad), then its
+  // tokens are streamed as one list: no barrier per selected block, and a K/V load waits on a
+  // shared-memory read rather than on a dependent global load of its page id.
+  int32_t n_slots = 0, pb = 0, e0 = 0, begin = 0, n_blocks = 0;
+  int64_t row = 0;
+  const int32_t kbp = p.k_block_pages;
+  if (p.sel_heads < 0) {
+    const int32_t n_pages = ceil_div_d(qt.limit, P);
+    const int32_t per = ceil_div_d(n_pages, p.n_splits);
+    pb = min(split * per, n_pages);
+    n_slots = min(pb + per, n_pages) - pb;
+  } else {
+    row = query_row(p, qt) * p.sel_h + row_head(p, h0);
+    int32_t end;
+    selection_row_range(p, row, begin, end);
+    n_blocks = ceil_div_d(qt.n_pages, kbp);
+    const int32_t per = ceil_div_d(end - begin, p.n_splits);
+    e0 = min(begin + split * per, end);
+    n_slots = (min(e0 + per, end) - e0) * kbp;
+  }
+
+  for (int32_t v0 = 0; v0 < n_slots; v0 += kPageChunk) {
+    const int32_t n_chunk = min(kPageChunk, n_slots - v0);
+    __syncthreads();  // the previous chunk's slots are no longer read
+    for (int i = tid; i < n_chunk; i += kThreads) {
+      int32_t lpage = -1, phys = -1;
+      if (p.sel_heads < 0) {
+        lpage = pb + v0 + i;
+      } else {
+        const int32_t v = v0 + i;
+        const int32_t j = selected_block(p, row, begin, e0 + v / kbp, n_blocks);
+        if (j >= 0) lpage = j * kbp + v % kbp;
+      }
+      if (lpage >= 0 && lpage < qt.n_pages && lpage * P < qt.limit)
+        phys = physical_page(p, qt.b, qt.page_base, lpage);
+      sm_page[i] = phys;
+      sm_lpage[i] = lpage;
+    }
     __syncthreads();
-    const int32_t ce = min(re, (pc + n_chunk) * P);
-    for (int32_t base = max(rs, pc * P); base < ce; base += NG * U) {
+
+    const int32_t n_tok = n_chunk * P;
+    for (int32_t base = 0; base < n_tok; base += NG * U) {  // CTA-uniform: full warps shuffle
       uint4 kr[U], vr[U];
       bool ok[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int32_t t = base + lg + u * NG;
-        ok[u] = t < ce;
+        const int32_t i = base + lg + u * NG;
+        ok[u] = i < n_tok;
         if (ok[u]) {
-          const int32_t page = p.page_shift >= 0 ? t >> p.page_shift : t / P;
-          const int32_t off = t - page * P;
-          const int32_t phys = sm_page[page - pc];
-          ok[u] = phys >= 0;
+          const int32_t slot = p.page_shift >= 0 ? i >> p.page_shift : i / P;
+          const int32_t off = i - slot * P;
+          const int32_t phys = sm_page[slot];
+          ok[u] = phys >= 0 && sm_lpage[slot] * P + off < qt.limit;
           if (ok[u]) {
             const int64_t at = ((int64_t(phys) * p.hkv + kvh) * P + off) * D + tx * VEC;
             kr[u] = __ldg(reinterpret_cast<const uint4*>(kbase + at));
@@ -143,33 +179,6 @@ __global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParam
           }
         }
       }
-    }
-   }
-  };
-
-  if (p.sel_heads < 0) {
-    // Dense: split s takes an equal share of the visible pages.
-    const int32_t n_pages = ceil_div_d(qt.limit, P);
-    const int32_t per = ceil_div_d(n_pages, p.n_splits);
-    const int32_t pb = split * per;
-    const int32_t pe = min(pb + per, n_pages);
-    if (pb < pe) attend_range(pb * P, min(pe * P, qt.limit));
-  } else {
-    // Block-sparse: split s takes an equal share of the row's selected key blocks.
-    const int64_t row = query_row(p, qt) * p.sel_h + row_head(p, h0);
-    int32_t begin, end;
-    selection_row_range(p, row, begin, end);
-    const int32_t n_blocks = ceil_div_d(qt.n_pages, p.k_block_pages);
-    const int32_t per = ceil_div_d(end - begin, p.n_splits);
-    const int32_t e0 = begin + split * per;
-    const int32_t e1 = min(e0 + per, end);
-    const int32_t block_keys = p.k_block_pages * P;
-    for (int32_t e = e0; e < e1; ++e) {
-      const int32_t j = selected_block(p, row, begin, e, n_blocks);
-      if (j < 0) continue;
-      const int32_t rs = j * block_keys;
-      const int32_t re = min(rs + block_keys, qt.limit);
-      if (rs < re) attend_range(rs, re);
     }
   }
 

@@ -303,7 +303,10 @@ std::string ranges_text(const std::vector<int32_t>& layers) {
     while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
     if (!out.empty()) out += ",";
     out += std::to_string(layers[i]);
-    if (j > i) out += "-" + std::to_string(layers[j]);
+    if (j > i) {
+      out += "-";
+      out += std::to_string(layers[j]);
+    }
     i = j + 1;
   }
   return out;
@@ -414,7 +417,10 @@ std::string to_string(const ChainSpec& spec) {
         if (i) out += ",";
         out += std::to_string(l.first);
         if (l.last < 0) out += "-";
-        else if (l.last != l.first) out += "-", out += std::to_string(l.last);
+        else if (l.last != l.first) {
+          out += "-";
+          out += std::to_string(l.last);
+        }
       }
     }
     out += "=";

@@ -3,6 +3,8 @@
 
 #include <sys/auxv.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <cstdlib>
@@ -31,6 +33,8 @@ std::string install_plugin_dir() { return SIEVE_INSTALL_PLUGIN_DIR; }
 std::vector<SearchDir> plugin_search_path(const DiscoveryOptions& options) {
   std::vector<SearchDir> dirs;
   for (const auto& d : options.plugin_dirs) dirs.push_back({d, "--plugin-dir"});
+  if (options.use_env && running_secure() && std::getenv("SIEVE_PLUGIN_PATH"))
+    spdlog::warn("SIEVE_PLUGIN_PATH ignored: the process runs setuid/setgid");
   if (options.use_env && !running_secure()) {
     if (const char* env = std::getenv("SIEVE_PLUGIN_PATH")) {
       std::string s = env;

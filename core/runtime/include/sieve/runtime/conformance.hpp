@@ -39,7 +39,8 @@ struct ConformReport {
 };
 
 struct ConformOptions {
-  bool isolate = true;   // run plugin code in a forked child (see above)
+  bool isolate = true;   // run plugin code in a forked child (see above). Fork from a process
+                         // that has not started OpenMP threads (libgomp is not fork-safe).
   int timeout_s = 120;   // per part, in the child; then the child is killed and the check fails
 };
 

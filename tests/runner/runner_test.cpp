@@ -1,0 +1,168 @@
+// The layer runner, through the synthetic session that `sieve attn` and `sieve conform` use:
+// chains produce the attention of the selection they made (checked against f64), misbehaving
+// plugins are named with their layer and hook, and the numeric conformance part passes on the
+// in-tree plugins and fails on the broken fixtures.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sieve/runtime/chain_spec.hpp"
+#include "sieve/runtime/conformance.hpp"
+#include "sieve/runtime/registry.hpp"
+#include "sieve/runtime/synthetic.hpp"
+#include "sieve/util/tensor.hpp"
+
+using namespace sieve;
+using namespace sieve::runtime;
+
+namespace {
+
+Registry registry_with(const std::vector<std::string>& dirs) {
+  DiscoveryOptions o;
+  o.plugin_dirs = dirs;
+  o.use_env = false;
+  o.use_exe_dir = false;
+  o.use_install_dir = false;
+  return Registry::discover(o);
+}
+
+ChainSpec chain(const std::string& text) {
+  ChainSpec c;
+  std::string error;
+  EXPECT_TRUE(parse_chain_spec(text, &c, &error)) << error;
+  return c;
+}
+
+SyntheticSpec small(uint32_t phase) {
+  SyntheticSpec s;
+  s.phase = phase;
+  s.n_q_heads = 8;
+  s.n_kv_heads = 2;
+  s.head_dim = 64;
+  s.page_size = 16;
+  s.context = {300, 77, 16};
+  s.new_tokens = 40;
+  s.timing_reps = 1;
+  return s;
+}
+
+}  // namespace
+
+TEST(LayerRunner, AnEmptyChainIsDenseAttentionOfTheCoreKernel) {
+  Registry reg = registry_with({SIEVE_PLUGIN_DIR});
+  for (uint32_t phase : {uint32_t(SIEVE_PHASE_DECODE), uint32_t(SIEVE_PHASE_PREFILL)}) {
+    SyntheticReport r;
+    std::string error;
+    ASSERT_TRUE(run_synthetic(small(phase), ChainSpec{}, reg, &r, &error)) << error;
+    EXPECT_LT(r.rel_err, 1e-5);
+    EXPECT_LT(r.kernel_rel_err, 1e-5);
+    EXPECT_DOUBLE_EQ(r.recall, 1.0);
+    EXPECT_DOUBLE_EQ(r.attended_fraction, 1.0);
+    EXPECT_EQ(r.non_finite, 0);
+    // 3 sequences, pages of 2 heads x 16 tokens x 64 dims x f32 for K and V.
+    EXPECT_EQ(r.kv_bytes, uint64_t(19 + 5 + 1) * 2 * 2 * 16 * 64 * 4);
+  }
+}
+
+TEST(LayerRunner, StreamingAttendsItsWindowExactlyAndLosesTheRestOfTheMass) {
+  Registry reg = registry_with({SIEVE_PLUGIN_DIR});
+  ASSERT_NE(reg.find("streaming"), nullptr);
+  for (uint32_t phase : {uint32_t(SIEVE_PHASE_DECODE), uint32_t(SIEVE_PHASE_PREFILL)}) {
+    SyntheticReport r;
+    std::string error;
+    ASSERT_TRUE(run_synthetic(small(phase), chain("*=streaming(sink=4,window=32)"), reg, &r, &error)) << error;
+    EXPECT_LT(r.kernel_rel_err, 1e-5) << "the output is the attention over the pages streaming selected";
+    EXPECT_GT(r.rel_err, 1e-3) << "a 32-token window differs from dense on a 300-token context";
+    EXPECT_LT(r.recall, 0.999);
+    EXPECT_GT(r.recall, 0.0);
+    EXPECT_LT(r.attended_fraction, 0.9);
+    EXPECT_EQ(r.hook_allocations, 0u);
+  }
+  // A window that covers everything is dense again.
+  SyntheticReport r;
+  std::string error;
+  ASSERT_TRUE(run_synthetic(small(SIEVE_PHASE_DECODE), chain("*=streaming(sink=0,window=4096)"), reg, &r, &error))
+      << error;
+  EXPECT_DOUBLE_EQ(r.recall, 1.0);
+  EXPECT_LT(r.rel_err, 1e-5);
+  // And `dense` after `streaming` ends dense.
+  ASSERT_TRUE(run_synthetic(small(SIEVE_PHASE_DECODE), chain("*=streaming(window=16)>dense"), reg, &r, &error))
+      << error;
+  EXPECT_DOUBLE_EQ(r.recall, 1.0);
+}
+
+TEST(LayerRunner, MisbehavingPluginsAreNamedWithLayerAndHook) {
+  Registry reg = registry_with({SIEVE_PLUGIN_DIR, SIEVE_FIXTURE_DIR});
+  struct Case {
+    const char* chain;
+    const char* expect;
+  } cases[] = {
+      {"decode:*=bad_page_id", "plugin 'bad_page_id' (instance bad_page_id), layer 0, hook select: selection row 0"},
+      {"decode:*=returns_error", "plugin 'returns_error' (instance returns_error), layer 0, hook select: SIEVE_ERR_INTERNAL"},
+      {"decode:*=writes_nan", "plugin 'writes_nan' (instance writes_nan), layer 0, hook attend: output is NaN"},
+  };
+  for (const auto& c : cases) {
+    SyntheticReport r;
+    std::string error;
+    EXPECT_FALSE(run_synthetic(small(SIEVE_PHASE_DECODE), chain(c.chain), reg, &r, &error)) << c.chain;
+    EXPECT_NE(error.find(c.expect), std::string::npos) << c.chain << ": " << error;
+  }
+  // Resolution errors are refused before anything runs.
+  SyntheticReport r;
+  std::string error;
+  EXPECT_FALSE(run_synthetic(small(SIEVE_PHASE_DECODE), chain("3=streaming"), reg, &r, &error));
+  EXPECT_NE(error.find("layer 3 does not exist"), std::string::npos) << error;
+}
+
+TEST(Conformance, InTreePluginsPassTheNumericPartAndFixturesFailIt) {
+  ConformOptions o;
+  // In-process: earlier tests of this binary started OpenMP's thread pool, and a forked child of
+  // a process with live OpenMP threads can deadlock in libgomp. `sieve conform` forks from a fresh
+  // process and keeps the isolation.
+  o.isolate = false;
+  for (const char* name : {"dense", "streaming"}) {
+    ConformReport rep = conform(std::string(SIEVE_PLUGIN_DIR) + "/libsieve_" + name + ".so", o);
+    for (const auto& c : rep.checks) EXPECT_FALSE(!c.passed && !c.skipped) << name << ": " << c.name << ": " << c.detail;
+    const ConformCheck* cpu = rep.find("numeric_cpu_decode");
+    ASSERT_NE(cpu, nullptr) << name;
+    EXPECT_TRUE(cpu->passed) << cpu->detail;
+    ASSERT_NE(rep.find("hooks_reject_null_arguments"), nullptr);
+    EXPECT_TRUE(rep.passed());
+  }
+  ConformReport bad = conform(std::string(SIEVE_FIXTURE_DIR) + "/libsieve_bad_page_id.so", o);
+  EXPECT_FALSE(bad.passed());
+  const ConformCheck* c = bad.find("numeric_cpu_decode");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->passed);
+  EXPECT_NE(c->detail.find("hook select"), std::string::npos) << c->detail;
+  ConformReport nan = conform(std::string(SIEVE_FIXTURE_DIR) + "/libsieve_writes_nan.so", o);
+  c = nan.find("numeric_cpu_decode");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->passed);
+  EXPECT_NE(c->detail.find("NaN"), std::string::npos) << c->detail;
+}
+
+// The README's main command: `sieve` with no arguments runs the built-in workload.
+TEST(SieveCli, TheDefaultJobRunsDenseAndStreamingWithFidelity) {
+  const std::string bin = std::string(SIEVE_BIN_DIR) + "/sieve";
+  FILE* p = popen((bin + " 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int status = pclose(p);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("dense                                1.0000"), std::string::npos) << out;
+  EXPECT_NE(out.find("streaming(sink=4,window=256)"), std::string::npos) << out;
+  // JSON for machines, and bad input gets one line and a non-zero status.
+  p = popen((bin + " attn --chain 'streaming(window=64)' --context 500 --q-heads 4 --kv-heads 2 --head-dim 8 --json 2>&1").c_str(), "r");
+  out.clear();
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("\"recall\""), std::string::npos) << out;
+  p = popen((bin + " attn --chain 'streaming(window=-1)' 2>&1").c_str(), "r");
+  out.clear();
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_NE(pclose(p), 0);
+  EXPECT_EQ(out, "sieve attn: streaming: window=-1 is out of range [1, 2147483647]\n");
+}
