@@ -261,6 +261,12 @@ __device__ inline int32_t row_head(const AttnParams& p, int32_t q_head) {
   return p.sel_heads == 0 ? 0 : p.sel_heads == 1 ? q_head / p.group : q_head;
 }
 
+// Bytes of dynamic shared memory for `floats` floats of runtime-sized arrays, padded: ptxas may
+// merge the scalar loads of a loop's remainder into one wider load that reads up to 3 floats past
+// the last element (compute-sanitizer memcheck caught this on split_combine_kernel), so every
+// runtime-sized shared array keeps 16 spare bytes behind it.
+constexpr size_t padded_smem_floats(size_t floats) { return ((floats + 3) / 4 + 1) * 4 * sizeof(float); }
+
 // ---- launchers (one per kernel family, dispatching on storage dtype, head dim, heads/CTA) -----
 
 // Row kernel: one CTA per (work row, head unit, KV split); decode, and prefill rows listed in

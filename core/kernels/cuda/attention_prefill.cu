@@ -27,7 +27,7 @@ struct PrefillSmem {
   static constexpr int PS = kKeys + 1;
   static constexpr size_t floats = size_t(kRows) * QS + size_t(kKeys) * KS + size_t(kKeys) * D +
                                    size_t(kRows) * PS;
-  static constexpr size_t bytes = floats * sizeof(float) + (kRows + kKeys) * sizeof(int32_t);
+  static constexpr size_t bytes = floats * sizeof(float) + (kRows + kKeys) * sizeof(int32_t) + 16;
 };
 
 // S[i][j] = q(row ty*4+i) · k(col tx+8j).

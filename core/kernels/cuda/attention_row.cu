@@ -309,7 +309,7 @@ cudaError_t launch_row_attention(const AttnParams& p, int kv_dt, cudaStream_t st
 
 cudaError_t launch_split_combine(const AttnParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(p.n_work), unsigned(p.hq));
-  split_combine_kernel<<<grid, kThreads, size_t(p.n_splits) * sizeof(float), stream>>>(p);
+  split_combine_kernel<<<grid, kThreads, padded_smem_floats(size_t(p.n_splits)), stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -3,9 +3,10 @@
 // that did not attend the page (its selection row skips the page's key block) contributes 0.
 //
 // A second pass after attention, since it needs the final lse. Grid (logical page, work row): one
-// CTA per page of a computed row's sequence; a thread per token of the page (up to kMaxTokens
-// tokens per thread), the group's queries in shared memory (broadcast reads), the token's K row
-// read with 16-byte loads. Pages nobody computed keep the 0 the host wrote before the launch.
+// CTA per page of a computed row's sequence; a thread per token of the page (up to
+// kTokensPerThread tokens per thread), the group's queries in shared memory (broadcast reads),
+// the token's K row read with 16-byte loads. Pages nobody computed keep the 0 the host wrote
+// before the launch.
 #include "attention_cuda_common.cuh"
 
 namespace sieve::kernels::cuda {
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) page_mass_kernel(const AttnParams p)
 
 template <class KT, int D>
 cudaError_t launch_d(const AttnParams& p, int32_t max_pages, cudaStream_t stream) {
-  const size_t smem = size_t(p.group) * (D + 1) * sizeof(float);
+  const size_t smem = padded_smem_floats(size_t(p.group) * (D + 1));
   if (smem > 48 * 1024) {
     cudaError_t e = cudaFuncSetAttribute(page_mass_kernel<KT, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

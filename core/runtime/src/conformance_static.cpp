@@ -7,12 +7,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -22,7 +20,7 @@
 
 namespace sieve::runtime {
 
-// The lead's conformance_numeric.cpp defines this in the same library; until it is built in, the
+// conformance_numeric.cpp defines this in the same library; in a build without it, the
 // weak reference stays NULL and conform() reports the numeric part as not available.
 [[gnu::weak]] void conform_numeric(const LoadedPlugin& plugin, ConformReport* report);
 
