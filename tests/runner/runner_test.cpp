@@ -10,6 +10,7 @@
 
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/conformance.hpp"
+#include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/registry.hpp"
 #include "sieve/runtime/synthetic.hpp"
 #include "sieve/util/tensor.hpp"
@@ -169,4 +170,31 @@ TEST(SieveCli, TheDefaultJobRunsDenseAndStreamingWithFidelity) {
   while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
   EXPECT_NE(pclose(p), 0);
   EXPECT_EQ(out, "sieve attn: streaming: window=-1 is out of range [1, 2147483647]\n");
+}
+
+// The same session on a CUDA device: the CUDA store, the CUDA kernels and the plugins' CUDA code
+// give the attention of the same selection as on the CPU.
+TEST(LayerRunnerCuda, ChainsOnCudaMatchTheReferenceAndTheCpuSelection) {
+  if (cuda_devices() == 0) GTEST_SKIP() << "no CUDA device: this test runs on the GPU machine";
+  Registry reg = registry_with({SIEVE_PLUGIN_DIR});
+  for (uint32_t phase : {uint32_t(SIEVE_PHASE_DECODE), uint32_t(SIEVE_PHASE_PREFILL)}) {
+    for (const char* c : {"", "*=streaming(sink=4,window=32)", "*=dense"}) {
+      for (DLDataType dt : {kF32, kBF16}) {
+        SyntheticSpec s = small(phase);
+        s.kv_dtype = dt;
+        SyntheticReport cpu, gpu;
+        std::string error;
+        ChainSpec spec = *c ? chain(c) : ChainSpec{};
+        ASSERT_TRUE(run_synthetic(s, spec, reg, &cpu, &error)) << error;
+        s.device = DLDevice{kDLCUDA, 0};
+        ASSERT_TRUE(run_synthetic(s, spec, reg, &gpu, &error)) << c << ": " << error;
+        const double tol = same_dtype(dt, kF32) ? 1e-5 : 1e-2;
+        EXPECT_LT(gpu.kernel_rel_err, tol) << c;
+        EXPECT_EQ(gpu.non_finite, 0) << c;
+        EXPECT_DOUBLE_EQ(gpu.recall, cpu.recall) << c << ": CPU and CUDA attend the same keys";
+        EXPECT_EQ(gpu.kv_bytes, cpu.kv_bytes) << c;
+        EXPECT_EQ(gpu.hook_allocations, 0u) << c;
+      }
+    }
+  }
 }

@@ -150,22 +150,12 @@ void error_path_checks(const LoadedPlugin& plugin, ConformReport* report) {
     report->fail("hooks_reject_null_arguments", "defaults do not parse: " + (errors.empty() ? "" : errors[0]));
     return;
   }
-  HostServices services(kCpu);
-  sieve_geometry g{};
-  g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-  g.n_layers = 2;
-  g.n_q_heads = 8;
-  g.n_kv_heads = 2;
-  g.head_dim = listed(plugin.descriptor()->head_dims, plugin.descriptor()->n_head_dims, 64)
-                   ? 64
-                   : (plugin.descriptor()->n_head_dims ? plugin.descriptor()->head_dims[0] : 64);
-  g.page_size = plugin.descriptor()->n_page_sizes ? plugin.descriptor()->page_sizes[0] : 16;
-  g.max_batch = 2;
-  g.max_seq_len = 256;
-  g.kv_dtype = kF32;
-  g.device = kCpu;
-  g.rope_theta = 10000.f;
-  g.rope_dim = g.head_dim;
+  const sieve_geometry g = declared_geometry(*plugin.descriptor());
+  if (g.device.device_type == kDLCUDA && cuda_devices() == 0) {
+    report->skip("hooks_reject_null_arguments", "the plugin runs on CUDA only and this machine has no usable CUDA device");
+    return;
+  }
+  HostServices services(g.device);
   sieve_policy* p = nullptr;
   std::string reason;
   sieve_reason_sink sink{&reason, [](void* c, const char* m) { *static_cast<std::string*>(c) = m ? m : ""; }};

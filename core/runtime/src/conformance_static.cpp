@@ -296,29 +296,6 @@ std::string geometry_text(const sieve_geometry& g) {
          dtype_names(bit) + ", " + (g.device.device_type == kDLCUDA ? "cuda" : "cpu");
 }
 
-// A geometry the descriptor declares it supports.
-sieve_geometry declared_geometry(const sieve_policy_descriptor& d) {
-  sieve_geometry g{};
-  g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-  g.n_layers = 4;
-  g.n_q_heads = 8;
-  g.n_kv_heads = 2;
-  g.head_dim = d.n_head_dims ? d.head_dims[0] : 128;
-  for (uint32_t i = 0; i < d.n_head_dims; ++i)  // prefer a common size when several are listed
-    if (d.head_dims[i] == 128) g.head_dim = 128;
-  g.page_size = d.n_page_sizes ? d.page_sizes[0] : 16;
-  for (uint32_t i = 0; i < d.n_page_sizes; ++i)
-    if (d.page_sizes[i] == 16) g.page_size = 16;
-  g.max_batch = 4;
-  g.max_seq_len = 4096;
-  g.kv_dtype = (d.dtypes & SIEVE_DTYPE_F32)   ? DLDataType{kDLFloat, 32, 1}
-               : (d.dtypes & SIEVE_DTYPE_F16) ? DLDataType{kDLFloat, 16, 1}
-                                              : DLDataType{kDLBfloat, 16, 1};
-  g.device = (d.devices & SIEVE_DEVICE_CPU) ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, 0};
-  g.rope_theta = 10000.f;
-  g.rope_dim = g.head_dim;
-  return g;
-}
 
 int32_t unlisted(const int32_t* v, uint32_t n, std::initializer_list<int32_t> candidates) {
   for (int32_t c : candidates)
@@ -654,6 +631,30 @@ class StaticChecks {
 };
 
 }  // namespace
+
+// A geometry the descriptor declares it supports.
+sieve_geometry declared_geometry(const sieve_policy_descriptor& d) {
+  sieve_geometry g{};
+  g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
+  g.n_layers = 4;
+  g.n_q_heads = 8;
+  g.n_kv_heads = 2;
+  g.head_dim = d.n_head_dims ? d.head_dims[0] : 128;
+  for (uint32_t i = 0; i < d.n_head_dims; ++i)  // prefer a common size when several are listed
+    if (d.head_dims[i] == 128) g.head_dim = 128;
+  g.page_size = d.n_page_sizes ? d.page_sizes[0] : 16;
+  for (uint32_t i = 0; i < d.n_page_sizes; ++i)
+    if (d.page_sizes[i] == 16) g.page_size = 16;
+  g.max_batch = 4;
+  g.max_seq_len = 4096;
+  g.kv_dtype = (d.dtypes & SIEVE_DTYPE_F32)   ? DLDataType{kDLFloat, 32, 1}
+               : (d.dtypes & SIEVE_DTYPE_F16) ? DLDataType{kDLFloat, 16, 1}
+                                              : DLDataType{kDLBfloat, 16, 1};
+  g.device = (d.devices & SIEVE_DEVICE_CPU) ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, 0};
+  g.rope_theta = 10000.f;
+  g.rope_dim = g.head_dim;
+  return g;
+}
 
 ConformReport conform_static(const std::string& path, const ConformOptions& options) {
   ConformReport report;

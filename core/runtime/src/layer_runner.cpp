@@ -236,17 +236,9 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     sel.indices = tensor_1d(sel_indices_.ptr, geometry_.device, kI32, indices_shape);
     sel.capacity = capacity;
 
-    sieve_attention_args args{};
-    args.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
-    args.phase = in.phase;
-    args.n_q_heads = geometry_.n_q_heads;
-    args.n_kv_heads = geometry_.n_kv_heads;
-    args.head_dim = geometry_.head_dim;
-    args.q = in.q;
-    args.out = out;
-    args.qo_indptr = in.qo_indptr;
-    args.qo_indptr_host = in.qo_indptr_host;
-    args.kv = &view;
+    sieve_attention_args args =
+        kernels::make_attention_args(in.phase, geometry_.n_q_heads, geometry_.n_kv_heads, geometry_.head_dim, in.q,
+                                     out, in.qo_indptr, in.qo_indptr_host, &view);
     args.selection = &sel;
 
     uint32_t stats = SIEVE_STATS_NONE;

@@ -263,17 +263,9 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     hsel.indices = sind.dl();
     hsel.capacity = int64_t(snap.indices.size());
 
-    sieve_attention_args args{};
-    args.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
-    args.phase = spec.phase;
-    args.n_q_heads = spec.n_q_heads;
-    args.n_kv_heads = spec.n_kv_heads;
-    args.head_dim = spec.head_dim;
-    args.q = &w.q.dl();
-    args.out = &out_host.dl();
-    args.qo_indptr = &qo.dl();
-    args.qo_indptr_host = qo_indptr.data();
-    args.kv = &hv;
+    sieve_attention_args args =
+        kernels::make_attention_args(spec.phase, spec.n_q_heads, spec.n_kv_heads, spec.head_dim, &w.q.dl(),
+                                     &out_host.dl(), &qo.dl(), qo_indptr.data(), &hv);
     args.selection = snap.kind == SIEVE_SEL_ALL ? nullptr : &hsel;
 
     reference::RefOptions dense_opt;
@@ -312,17 +304,9 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
 
     // The dense core kernel alone on the same cache, for the speed ratio.
     {
-      sieve_attention_args dargs{};
-      dargs.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
-      dargs.phase = spec.phase;
-      dargs.n_q_heads = spec.n_q_heads;
-      dargs.n_kv_heads = spec.n_kv_heads;
-      dargs.head_dim = spec.head_dim;
-      dargs.q = dq.get();
-      dargs.out = dout.get();
-      dargs.qo_indptr = dqo.get();
-      dargs.qo_indptr_host = qo_indptr.data();
-      dargs.kv = &view;
+      const sieve_attention_args dargs =
+          kernels::make_attention_args(spec.phase, spec.n_q_heads, spec.n_kv_heads, spec.head_dim, dq.get(),
+                                       dout.get(), dqo.get(), qo_indptr.data(), &view);
       std::vector<double> times;
       const sieve_host_services* s = services.table();
       for (int32_t r = 0; r < std::max(1, spec.timing_reps); ++r) {

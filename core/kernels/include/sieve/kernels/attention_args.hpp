@@ -15,6 +15,28 @@
 
 namespace sieve::kernels {
 
+// ---- Building a call -------------------------------------------------------------------------
+
+// Dense attention of q over kv into out: the fields every call sets (selection, q_rows and
+// statistics left empty for the caller to add).
+inline sieve_attention_args make_attention_args(uint32_t phase, int32_t n_q_heads, int32_t n_kv_heads,
+                                                int32_t head_dim, const DLTensor* q, DLTensor* out,
+                                                const DLTensor* qo_indptr, const int32_t* qo_indptr_host,
+                                                const sieve_paged_kv* kv) {
+  sieve_attention_args a{};
+  a.hdr = {uint32_t(sizeof(sieve_attention_args)), SIEVE_ABI_MINOR};
+  a.phase = phase;
+  a.n_q_heads = n_q_heads;
+  a.n_kv_heads = n_kv_heads;
+  a.head_dim = head_dim;
+  a.q = q;
+  a.out = out;
+  a.qo_indptr = qo_indptr;
+  a.qo_indptr_host = qo_indptr_host;
+  a.kv = kv;
+  return a;
+}
+
 // ---- Argument checks -------------------------------------------------------------------------
 
 // Every check that needs no device memory: null tensors, ranks, shapes against n_q_heads /

@@ -54,6 +54,10 @@ struct ConformOptions {
 //   create_rejects_head_dim_0
 ConformReport conform_static(const std::string& path, const ConformOptions& options = {});
 
+// A plausible geometry the descriptor declares it supports (a listed head dim and page size,
+// preferring 128 and 16; a declared dtype and device, CPU first): what conformance sets up.
+sieve_geometry declared_geometry(const sieve_policy_descriptor& descriptor);
+
 // True when the static checks the numeric part relies on (file through descriptor and schema)
 // all passed, so the plugin can be loaded and its hooks called.
 bool static_gate_passed(const ConformReport& report);
