@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <iostream>
 #include <string>
 
 #include "sieve/runtime/chain_spec.hpp"
@@ -131,6 +132,14 @@ TEST(Conformance, InTreePluginsPassTheNumericPartAndFixturesFailIt) {
     EXPECT_TRUE(cpu->passed) << cpu->detail;
     ASSERT_NE(rep.find("hooks_reject_null_arguments"), nullptr);
     EXPECT_TRUE(rep.passed());
+    if (cuda_devices() > 0) {  // on the GPU machine the CUDA half must really run
+      for (const char* check : {"numeric_cuda_decode", "numeric_cuda_prefill"}) {
+        const ConformCheck* g = rep.find(check);
+        ASSERT_NE(g, nullptr) << name << ": " << check << " did not run";
+        EXPECT_TRUE(g->passed) << name << ": " << g->detail;
+        std::cout << name << " " << check << ": " << g->detail << "\n";
+      }
+    }
   }
   ConformReport bad = conform(std::string(SIEVE_FIXTURE_DIR) + "/libsieve_bad_page_id.so", o);
   EXPECT_FALSE(bad.passed());
