@@ -7,24 +7,15 @@
 #include <new>
 
 #include "sieve/plugin/policy_api.hpp"
+#include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::plugin {
 
 // ---- errors ----------------------------------------------------------------------------------
 const char* status_name(sieve_status status) noexcept {
-  switch (status) {
-    case SIEVE_OK: return "SIEVE_OK";
-    case SIEVE_ERR_INVALID_ARGUMENT: return "SIEVE_ERR_INVALID_ARGUMENT";
-    case SIEVE_ERR_UNSUPPORTED: return "SIEVE_ERR_UNSUPPORTED";
-    case SIEVE_ERR_VERSION: return "SIEVE_ERR_VERSION";
-    case SIEVE_ERR_OUT_OF_MEMORY: return "SIEVE_ERR_OUT_OF_MEMORY";
-    case SIEVE_ERR_CAPACITY: return "SIEVE_ERR_CAPACITY";
-    case SIEVE_ERR_DEVICE: return "SIEVE_ERR_DEVICE";
-    case SIEVE_ERR_NOT_FOUND: return "SIEVE_ERR_NOT_FOUND";
-    case SIEVE_ERR_INTERNAL: return "SIEVE_ERR_INTERNAL";
-  }
-  return "SIEVE_ERR_(unknown)";
+  const char* name = known_status_name(status);
+  return name ? name : "SIEVE_ERR_(unknown)";
 }
 
 sieve_status current_exception_status(std::string& message) noexcept {

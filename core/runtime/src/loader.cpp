@@ -1,5 +1,6 @@
 // Plugin loading: ELF pre-flight, dlopen through Boost.DLL, entry-point negotiation, table checks.
 #include "sieve/runtime/loader.hpp"
+#include "sieve/util/status.hpp"
 
 #include <elf.h>
 
@@ -371,18 +372,8 @@ std::string cuda_graph_name(uint32_t level) {
   }
 }
 std::string status_name(int s) {
-  switch (s) {
-    case SIEVE_OK: return "SIEVE_OK";
-    case SIEVE_ERR_INVALID_ARGUMENT: return "SIEVE_ERR_INVALID_ARGUMENT";
-    case SIEVE_ERR_UNSUPPORTED: return "SIEVE_ERR_UNSUPPORTED";
-    case SIEVE_ERR_VERSION: return "SIEVE_ERR_VERSION";
-    case SIEVE_ERR_OUT_OF_MEMORY: return "SIEVE_ERR_OUT_OF_MEMORY";
-    case SIEVE_ERR_CAPACITY: return "SIEVE_ERR_CAPACITY";
-    case SIEVE_ERR_DEVICE: return "SIEVE_ERR_DEVICE";
-    case SIEVE_ERR_NOT_FOUND: return "SIEVE_ERR_NOT_FOUND";
-    case SIEVE_ERR_INTERNAL: return "SIEVE_ERR_INTERNAL";
-  }
-  return "status " + std::to_string(s);
+  const char* name = known_status_name(s);
+  return name ? name : "status " + std::to_string(s);
 }
 
 }  // namespace sieve::runtime
