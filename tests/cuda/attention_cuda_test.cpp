@@ -13,11 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "../kernels/attention_test_cases.hpp"
 #include "cuda_test_util.hpp"
 #include "sieve/kernels/attention_cuda.hpp"
 #include "sieve/kernels/attention_cuda_checks.hpp"
-#include "sieve/reference/attention_ref.hpp"
-#include "sieve/reference/fidelity.hpp"
 #include "sieve/reference/workload.hpp"
 
 namespace sieve {
@@ -26,31 +25,10 @@ namespace {
 using cuda_test::CudaTest;
 using cuda_test::DeviceTensor;
 using kernels::CudaAttentionOptions;
-using reference::RefAttention;
 using reference::Workload;
 using reference::WorkloadSpec;
 
-constexpr double kTolF32 = 1e-5;   // f32 storage, queries and output
-constexpr double kTolHalf = 1e-2;  // f16 / bf16 storage, queries and output
-constexpr double kLseTol = 2e-5;   // absolute; lse values are O(1..10)
-constexpr double kMassTol = 1e-5;  // relative
-
-WorkloadSpec make_spec(int32_t hq, int32_t hkv, int32_t d, int32_t ps, std::vector<int32_t> lens,
-                       sieve_phase phase = SIEVE_PHASE_DECODE, std::vector<int32_t> n_new = {},
-                       uint64_t seed = 1, DLDataType kv = kF32, DLDataType qo = kF32) {
-  WorkloadSpec s;
-  s.n_q_heads = hq;
-  s.n_kv_heads = hkv;
-  s.head_dim = d;
-  s.page_size = ps;
-  s.kv_lens = std::move(lens);
-  s.phase = phase;
-  s.n_new = std::move(n_new);
-  s.seed = seed;
-  s.kv_dtype = kv;
-  s.q_dtype = s.out_dtype = qo;
-  return s;
-}
+using namespace attention_test;  // tolerances, case lists, the cases the CPU kernel runs too
 
 // A workload's tensors on the device and the sieve_attention_args that point at them. Inputs are
 // uploaded once (after the workload is set up, tampering included); outputs on every run.
@@ -128,46 +106,6 @@ class DeviceCall {
   sieve_selection sel_{};
 };
 
-// Checks the outputs now in `w` (read back from the device) against the f64 reference.
-void expect_outputs_match(const Workload& w, double tol) {
-  const RefAttention ref = reference::attend_reference(w.args);
-  const int32_t hq = w.spec.n_q_heads, d = w.spec.head_dim;
-  int64_t unwritten = 0, overwritten = 0;
-  for (int32_t t = 0; t < w.n_q_tokens; ++t)
-    for (int32_t h = 0; h < hq; ++h) {
-      for (int32_t i = 0; i < d; ++i) {
-        const bool nan = std::isnan(w.out.get((int64_t(t) * hq + h) * d + i));
-        unwritten += ref.computed[size_t(t)] && nan;
-        overwritten += !ref.computed[size_t(t)] && !nan;
-      }
-      if (ref.computed[size_t(t)] && std::isinf(ref.lse[size_t(t) * hq + h])) {  // attends nothing
-        for (int32_t i = 0; i < d; ++i)
-          EXPECT_EQ(w.out.get((int64_t(t) * hq + h) * d + i), 0.f) << "empty row " << t << "," << h;
-      }
-    }
-  EXPECT_EQ(unwritten, 0) << "output elements the kernel did not write";
-  EXPECT_EQ(overwritten, 0) << "output elements of rows outside q_rows that the kernel wrote";
-
-  const reference::OutputError e = reference::compare_output(ref, w.out.dl());
-  EXPECT_EQ(e.non_finite, 0);
-  EXPECT_LE(e.max_row_rel, tol) << "worst row: token " << e.worst_token << ", head " << e.worst_head
-                                << " (rel_l2 " << e.rel_l2 << ")";
-  if (w.args.lse) {
-    EXPECT_LE(reference::max_lse_error(ref, w.lse.dl()), kLseTol);
-    int64_t lse_overwritten = 0;
-    for (int32_t t = 0; t < w.n_q_tokens; ++t)
-      for (int32_t h = 0; h < hq; ++h)
-        lse_overwritten += !ref.computed[size_t(t)] && !std::isnan(w.lse.get(int64_t(t) * hq + h));
-    EXPECT_EQ(lse_overwritten, 0) << "lse rows outside q_rows were written";
-  }
-  if (w.args.stats != SIEVE_STATS_NONE) {
-    const int64_t n = w.page_mass.numel();
-    ASSERT_EQ(size_t(n), ref.page_mass.size());
-    for (int64_t i = 0; i < n; ++i) ASSERT_FALSE(std::isnan(w.page_mass.get(i))) << "page_mass " << i;
-    EXPECT_LE(reference::max_relative_error(ref.page_mass.data(), w.page_mass.dl(), n, 1e-6), kMassTol);
-  }
-}
-
 class AttentionCuda : public CudaTest {
  protected:
   // attend_cuda on the device copy of `w`, then the reference comparison; no device-side error.
@@ -177,6 +115,10 @@ class AttentionCuda : public CudaTest {
     ASSERT_EQ(call.run(stream_, opt, &err), SIEVE_OK) << err;
     ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_OK) << err;
     expect_outputs_match(w, tol);
+  }
+  // The same with the default options, for the shared cases.
+  Expect expect_on_device() {
+    return [this](Workload& w, double tol) { expect_matches_reference(w, tol); };
   }
   // The split-KV count attend_cuda picks for the device copy of `w` (0 when it refuses).
   int splits_for(Workload& w, const CudaAttentionOptions& opt) {
@@ -188,19 +130,9 @@ class AttentionCuda : public CudaTest {
   }
 };
 
-reference::SelectionRows rows_with_an_empty_one(const Workload& w, uint32_t heads, int32_t q_block,
-                                                int32_t kbp, double keep, uint64_t seed) {
-  reference::SelectionRows rows = w.random_selection_rows(heads, q_block, kbp, keep, seed);
-  rows[rows.size() / 2].clear();
-  return rows;
-}
-
 std::string dt(DLDataType t) { return dtype_name(t); }
 
 // ---- decode -------------------------------------------------------------------------------------
-
-// kv lengths: a single token, just under / at / over a page, and longer ragged ones.
-const std::vector<int32_t> kDecodeLens = {1, 15, 16, 17, 100, 333};
 
 TEST_F(AttentionCuda, DecodeGqaGroups) {
   // Groups 1/2/4/8, plus 3 (odd), 16 (more heads than one CTA takes: chunked).
@@ -243,30 +175,10 @@ TEST_F(AttentionCuda, DecodeHalfStorageF32Queries) {
   }
 }
 
-TEST_F(AttentionCuda, DecodeBlockSelections) {
-  for (uint32_t heads : {SIEVE_SEL_PER_SEQUENCE, SIEVE_SEL_PER_KV_HEAD, SIEVE_SEL_PER_Q_HEAD})
-    for (int32_t kbp : {1, 3})
-      for (double keep : {0.3, 0.7}) {
-        SCOPED_TRACE("heads " + std::to_string(heads) + ", k_block_pages " + std::to_string(kbp) +
-                     ", keep " + std::to_string(keep));
-        Workload w(make_spec(8, 2, 64, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, heads * 10 + kbp));
-        w.set_selection(heads, 1, kbp, rows_with_an_empty_one(w, heads, 1, kbp, keep, 5));
-        w.request_lse();
-        w.request_stats(heads == SIEVE_SEL_PER_Q_HEAD ? SIEVE_STATS_PAGE_MASS_ALL_HEADS
-                                                      : SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
-        expect_matches_reference(w, kTolF32);
-      }
-}
+TEST_F(AttentionCuda, DecodeBlockSelections) { decode_block_selections(expect_on_device()); }
 
 TEST_F(AttentionCuda, DecodeEverySelectionRowEmpty) {
-  Workload w(make_spec(4, 2, 64, 16, {5, 40}));
-  w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 1,
-                  reference::SelectionRows(size_t(w.selection_rows(SIEVE_SEL_PER_Q_HEAD, 1))));
-  w.request_lse();
-  w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
-  expect_matches_reference(w, kTolF32);
-  for (int64_t i = 0; i < w.lse.numel(); ++i) EXPECT_EQ(w.lse.get(i), -INFINITY);
-  for (int64_t i = 0; i < w.page_mass.numel(); ++i) EXPECT_EQ(w.page_mass.get(i), 0.f);
+  decode_every_selection_row_empty(64, expect_on_device());
 }
 
 TEST_F(AttentionCuda, DecodeSplitKvForced) {
@@ -298,31 +210,11 @@ TEST_F(AttentionCuda, DecodeLongContextSplitsAutomatically) {
   }
 }
 
-TEST_F(AttentionCuda, DecodeQRowsSubset) {
-  Workload w(make_spec(8, 4, 64, 16, {20, 1, 64, 100, 33}));
-  w.set_q_rows({3, 1});
-  w.request_lse();
-  w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
-  expect_matches_reference(w, kTolF32);
-  EXPECT_EQ(w.page_mass.get(0), 0.f);  // sequence 0 is not computed: its pages have no mass
-  w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 1, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 1, 1, 0.5, 9));
-  expect_matches_reference(w, kTolF32);
-}
+TEST_F(AttentionCuda, DecodeQRowsSubset) { decode_q_rows_subset(expect_on_device()); }
 
-TEST_F(AttentionCuda, DecodeExplicitScale) {
-  WorkloadSpec s = make_spec(8, 2, 64, 16, kDecodeLens);
-  s.scale = 0.37f;
-  Workload w(s);
-  w.request_lse();
-  expect_matches_reference(w, kTolF32);
-}
+TEST_F(AttentionCuda, DecodeExplicitScale) { decode_explicit_scale(expect_on_device()); }
 
 // ---- prefill ------------------------------------------------------------------------------------
-
-// Ragged prefill: an empty sequence, one token, a chunk appended to a cached prefix (n_new <
-// kv_len) and a full prompt longer than a key tile.
-const std::vector<int32_t> kPrefillLens = {0, 1, 77, 130};
-const std::vector<int32_t> kPrefillNew = {0, 1, 30, 130};
 
 TEST_F(AttentionCuda, PrefillGqaHeadDimsPageSizes) {
   struct Geo {
@@ -350,29 +242,12 @@ TEST_F(AttentionCuda, PrefillHalfStorageF32Queries) {
 }
 
 TEST_F(AttentionCuda, PrefillBlockSelections) {
-  for (uint32_t heads : {SIEVE_SEL_PER_SEQUENCE, SIEVE_SEL_PER_KV_HEAD, SIEVE_SEL_PER_Q_HEAD})
-    for (int32_t q_block : {1, 16, 50})
-      for (int32_t kbp : {1, 2}) {
-        SCOPED_TRACE("heads " + std::to_string(heads) + ", q_block " + std::to_string(q_block) +
-                     ", k_block_pages " + std::to_string(kbp));
-        Workload w(make_spec(8, 2, 64, 16, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew,
-                             heads * 100 + q_block + kbp));
-        w.set_selection(heads, q_block, kbp, rows_with_an_empty_one(w, heads, q_block, kbp, 0.5, q_block + kbp));
-        w.request_lse();
-        expect_matches_reference(w, kTolF32);
-      }
+  prefill_block_selections({1, 16, 50}, expect_on_device());
 }
 
 TEST_F(AttentionCuda, PrefillQRowsLikeDeltaCorrection) {
-  // Every 7th query row of each sequence plus its last, as a Δ-correction anchor pass asks.
   Workload w(make_spec(8, 2, 64, 32, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew));
-  std::vector<int32_t> rows;
-  for (int32_t b = 0; b < w.batch; ++b) {
-    const int32_t begin = w.qo_indptr.data<int32_t>()[b], end = w.qo_indptr.data<int32_t>()[b + 1];
-    for (int32_t t = begin; t < end; ++t)
-      if ((t - begin) % 7 == 0 || t == end - 1) rows.push_back(t);
-  }
-  w.set_q_rows(rows);
+  w.set_q_rows(delta_anchor_rows(w));
   w.request_lse();
   expect_matches_reference(w, kTolF32);
   // ... rows of a block selection with q_block > 1 (the row kernel finds each row's query block),

@@ -7,11 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "../kv/kv_test_support.hpp"
 #include "cuda_test_util.hpp"
+#include "sieve/kernels/attention_args.hpp"
 #include "sieve/kernels/attention_cuda.hpp"
 #include "sieve/kernels/attention_cuda_checks.hpp"
 #include "sieve/kv/paged_store.hpp"
@@ -25,58 +26,13 @@ using cuda_test::CudaTest;
 using cuda_test::DeviceBuffer;
 using cuda_test::DeviceTensor;
 using cuda_test::TestServices;
+using kv_test::keep_last_reason;
+using kv_test::make_append;
+using kv_test::make_config;
+using kv_test::random_tokens;
+using kv_test::Store;
 
-sieve_kv_config make_config(int layers, int hkv, int d, int page, DLDataType dt, int pages,
-                            DLDevice device, int keep_pre = 0) {
-  sieve_kv_config c{};
-  c.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
-  c.geometry.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-  c.geometry.n_layers = layers;
-  c.geometry.n_q_heads = hkv * 2;
-  c.geometry.n_kv_heads = hkv;
-  c.geometry.head_dim = d;
-  c.geometry.page_size = page;
-  c.geometry.max_batch = 4;
-  c.geometry.max_seq_len = pages * page;
-  c.geometry.kv_dtype = dt;
-  c.geometry.device = device;
-  c.pages_per_layer = pages;
-  c.keep_pre_rope_k = keep_pre;
-  return c;
-}
-
-struct Store {
-  const sieve_kv_store_api* api;
-  sieve_kv_store* s = nullptr;
-  std::string err;
-  Store(const sieve_kv_store_api* table, const sieve_host_services* services, const sieve_kv_config& c)
-      : api(table) {
-    sieve_reason_sink sink{&err, [](void* ctx, const char* m) { *static_cast<std::string*>(ctx) = m; }};
-    EXPECT_EQ(api->create(services, &c, &s, sink), SIEVE_OK) << err;
-  }
-  ~Store() {
-    if (s) api->destroy(s);
-  }
-  int32_t add() {
-    int32_t id = -1;
-    EXPECT_EQ(api->add_sequence(s, &id), SIEVE_OK);
-    return id;
-  }
-  uint64_t bytes() {
-    uint64_t b = 0;
-    EXPECT_EQ(api->bytes_in_use(s, &b), SIEVE_OK);
-    return b;
-  }
-  const char* error() const { return api->last_error(s); }
-};
-
-HostTensor random_tokens(int64_t n, int hkv, int d, DLDataType dt, uint32_t seed) {
-  HostTensor t({n, hkv, d}, dt);
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd;
-  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, nd(g));
-  return t;
-}
+constexpr int kMaxBatch = 4;  // sequences one view may take (RefusesWhatItCannotHold asks for 5)
 
 // A device copy of `h` [n, hkv, d] whose token rows are `pad` elements longer than hkv * d and
 // whose heads are `pad` apart too: strided input the store must follow.
@@ -105,20 +61,6 @@ struct StridedDeviceTokens {
     dl = make_view(buf.get(), DLDevice{kDLCUDA, 0}, h.dl().dtype, 3, shape, strides);
   }
 };
-
-sieve_kv_append make_append(int layer, std::vector<int32_t>& ids, std::vector<int32_t>& indptr,
-                            const DLTensor* k, const DLTensor* v, const DLTensor* kp = nullptr) {
-  sieve_kv_append a{};
-  a.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
-  a.layer = layer;
-  a.batch = int32_t(ids.size());
-  a.seq_ids = ids.data();
-  a.token_indptr = indptr.data();
-  a.k = k;
-  a.v = v;
-  a.k_pre_rope = kp;
-  return a;
-}
 
 // Host copy of a view's pools and page table (device views are read back).
 struct ViewCopy {
@@ -183,7 +125,8 @@ TEST_F(PagedStoreCuda, AppendConvertsScattersAndViews) {
     TestServices svc(stream_);
     {
       const int hkv = 2, d = 64, ps = 16;
-      Store st(kv::paged_cuda_store_api(), &svc.table, make_config(2, hkv, d, ps, c.store, 40, kGpu));
+      Store st(kv::paged_cuda_store_api(), &svc.table,
+               make_config(2, hkv, d, ps, c.store, 40, kGpu, kMaxBatch));
       ASSERT_NE(st.s, nullptr) << st.err;
       const int32_t a = st.add(), b = st.add();
       // Ragged first append (37 + 5 tokens), strided rows; then 20 more for a.
@@ -235,7 +178,7 @@ TEST_F(PagedStoreCuda, AppendConvertsScattersAndViews) {
 TEST_F(PagedStoreCuda, RefusesWhatItCannotHold) {
   TestServices svc(stream_);
   {
-    Store st(kv::paged_cuda_store_api(), &svc.table, make_config(1, 2, 64, 16, kF32, 4, kGpu));
+    Store st(kv::paged_cuda_store_api(), &svc.table, make_config(1, 2, 64, 16, kF32, 4, kGpu, kMaxBatch));
     ASSERT_NE(st.s, nullptr);
     std::vector<int32_t> ids;
     for (int i = 0; i < 5; ++i) ids.push_back(st.add());
@@ -260,9 +203,9 @@ TEST_F(PagedStoreCuda, RefusesWhatItCannotHold) {
   // A CPU geometry is not a CUDA store.
   std::string err;
   sieve_kv_store* s = nullptr;
-  sieve_reason_sink sink{&err, [](void* ctx, const char* m) { *static_cast<std::string*>(ctx) = m; }};
-  const sieve_kv_config cpu = make_config(1, 2, 64, 16, kF32, 4, kCpu);
-  EXPECT_EQ(kv::paged_cuda_store_api()->create(&svc.table, &cpu, &s, sink), SIEVE_ERR_INVALID_ARGUMENT);
+  const sieve_kv_config cpu = make_config(1, 2, 64, 16, kF32, 4, kCpu, kMaxBatch);
+  EXPECT_EQ(kv::paged_cuda_store_api()->create(&svc.table, &cpu, &s, keep_last_reason(&err)),
+            SIEVE_ERR_INVALID_ARGUMENT);
   EXPECT_THAT(err, testing::HasSubstr("geometry.device must be cuda"));
 }
 
@@ -270,7 +213,8 @@ TEST_F(PagedStoreCuda, SidecarsZeroedOnTakeEvictionAccounting) {
   TestServices svc(stream_);
   {
     const int hkv = 2, d = 64, ps = 16, pages = 16;
-    Store st(kv::paged_cuda_store_api(), &svc.table, make_config(2, hkv, d, ps, kBF16, pages, kGpu));
+    Store st(kv::paged_cuda_store_api(), &svc.table,
+             make_config(2, hkv, d, ps, kBF16, pages, kGpu, kMaxBatch));
     ASSERT_NE(st.s, nullptr);
     sieve_sidecar_desc desc{};
     desc.hdr = SIEVE_HEADER_INIT(sieve_sidecar_desc);
@@ -344,8 +288,10 @@ TEST_F(PagedStoreCuda, SameAppendsAsTheCpuStoreGiveTheSameBits) {
     TestServices svc(stream_);
     {
       const int layers = 2, hkv = 2, d = 8, ps = 32, pages = 24;
-      Store gpu(kv::paged_cuda_store_api(), &svc.table, make_config(layers, hkv, d, ps, store_dt, pages, kGpu, 1));
-      Store cpu(kv::paged_cpu_store_api(), nullptr, make_config(layers, hkv, d, ps, store_dt, pages, kCpu, 1));
+      Store gpu(kv::paged_cuda_store_api(), &svc.table,
+                make_config(layers, hkv, d, ps, store_dt, pages, kGpu, kMaxBatch, 1));
+      Store cpu(kv::paged_cpu_store_api(), nullptr,
+                make_config(layers, hkv, d, ps, store_dt, pages, kCpu, kMaxBatch, 1));
       ASSERT_NE(gpu.s, nullptr);
       ASSERT_NE(cpu.s, nullptr);
       std::vector<int32_t> ids;
@@ -410,8 +356,9 @@ TEST_F(PagedStoreCuda, AttentionOverTheStoreMatchesTheReference) {
   TestServices svc(stream_);
   {
     const int hq = 8, hkv = 2, d = 64, ps = 16;
-    Store gpu(kv::paged_cuda_store_api(), &svc.table, make_config(1, hkv, d, ps, kBF16, 64, kGpu));
-    Store cpu(kv::paged_cpu_store_api(), nullptr, make_config(1, hkv, d, ps, kBF16, 64, kCpu));
+    Store gpu(kv::paged_cuda_store_api(), &svc.table,
+              make_config(1, hkv, d, ps, kBF16, 64, kGpu, kMaxBatch));
+    Store cpu(kv::paged_cpu_store_api(), nullptr, make_config(1, hkv, d, ps, kBF16, 64, kCpu, kMaxBatch));
     std::vector<int32_t> ids{gpu.add(), gpu.add()};
     cpu.add();
     cpu.add();
@@ -430,17 +377,8 @@ TEST_F(PagedStoreCuda, AttentionOverTheStoreMatchesTheReference) {
     qo.data<int32_t>()[1] = 1;
     qo.data<int32_t>()[2] = 2;
     DeviceTensor dq(q), dout(out), dqo(qo);
-    sieve_attention_args args{};
-    args.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
-    args.phase = SIEVE_PHASE_DECODE;
-    args.n_q_heads = hq;
-    args.n_kv_heads = hkv;
-    args.head_dim = d;
-    args.q = &q.dl();
-    args.out = &out.dl();
-    args.qo_indptr = &qo.dl();
-    args.qo_indptr_host = qo.data<int32_t>();
-    args.kv = &vc;
+    sieve_attention_args args = kernels::make_attention_args(
+        SIEVE_PHASE_DECODE, hq, hkv, d, &q.dl(), &out.dl(), &qo.dl(), qo.data<int32_t>(), &vc);
     const reference::RefAttention ref = reference::attend_reference(args);
 
     args.q = &dq.dl;

@@ -5,10 +5,10 @@
 
 #include <cmath>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "kv_test_support.hpp"
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/util/tensor.hpp"
 
@@ -16,62 +16,13 @@ using namespace sieve;
 
 namespace {
 
-sieve_kv_config make_config(int layers, int hkv, int d, int page, DLDataType dt, int pages) {
-  sieve_kv_config c{};
-  c.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
-  c.geometry.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-  c.geometry.n_layers = layers;
-  c.geometry.n_q_heads = hkv * 2;
-  c.geometry.n_kv_heads = hkv;
-  c.geometry.head_dim = d;
-  c.geometry.page_size = page;
-  c.geometry.max_batch = 8;
-  c.geometry.max_seq_len = pages * page;
-  c.geometry.kv_dtype = dt;
-  c.geometry.device = kCpu;
-  c.pages_per_layer = pages;
-  return c;
-}
+using kv_test::keep_last_reason;
+using kv_test::make_append;
+using kv_test::make_config;
+using kv_test::random_tokens;
+using kv_test::Store;
 
-struct Store {
-  const sieve_kv_store_api* api = kv::paged_cpu_store_api();
-  sieve_kv_store* s = nullptr;
-  std::string err;
-  explicit Store(const sieve_kv_config& c) {
-    sieve_reason_sink sink{&err, [](void* ctx, const char* m) { *static_cast<std::string*>(ctx) = m; }};
-    EXPECT_EQ(api->create(nullptr, &c, &s, sink), SIEVE_OK) << err;
-  }
-  ~Store() {
-    if (s) api->destroy(s);
-  }
-  int32_t add() {
-    int32_t id = -1;
-    EXPECT_EQ(api->add_sequence(s, &id), SIEVE_OK);
-    return id;
-  }
-  const char* error() const { return api->last_error(s); }
-};
-
-HostTensor random_tokens(int64_t n, int hkv, int d, DLDataType dt, uint32_t seed) {
-  HostTensor t({n, hkv, d}, dt);
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd;
-  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, nd(g));
-  return t;
-}
-
-sieve_kv_append make_append(int layer, std::vector<int32_t>& ids, std::vector<int32_t>& indptr,
-                            const DLTensor* k, const DLTensor* v) {
-  sieve_kv_append a{};
-  a.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
-  a.layer = layer;
-  a.batch = int32_t(ids.size());
-  a.seq_ids = ids.data();
-  a.token_indptr = indptr.data();
-  a.k = k;
-  a.v = v;
-  return a;
-}
+constexpr int kMaxBatch = 8;  // sequences one view may take
 
 // Value of token t (in token order) of a sequence, read back through the view.
 float read_kv(const sieve_paged_kv& view, int b, int t, int h, int d, bool value, int hkv, int hd) {
@@ -94,7 +45,7 @@ int64_t resident_bytes() {
 
 TEST(PagedCpuStore, AppendsRaggedBatchesAndViewsThemInTokenOrder) {
   const int hkv = 2, d = 8, page = 16;
-  Store st(make_config(2, hkv, d, page, kF32, 64));
+  Store st(make_config(2, hkv, d, page, kF32, 64, kCpu, kMaxBatch));
   std::vector<int32_t> ids = {st.add(), st.add(), st.add()};
   // Two appends per sequence (prefill then two decode tokens) with ragged lengths.
   std::vector<int> lens1 = {1, 17, 40}, total = {3, 19, 42};
@@ -144,7 +95,7 @@ TEST(PagedCpuStore, AppendsRaggedBatchesAndViewsThemInTokenOrder) {
 
 TEST(PagedCpuStore, ConvertsToBf16AndF16StorageWithRoundToNearest) {
   for (DLDataType dt : {kBF16, kF16}) {
-    Store st(make_config(1, 4, 64, 32, dt, 8));
+    Store st(make_config(1, 4, 64, 32, dt, 8, kCpu, kMaxBatch));
     std::vector<int32_t> ids = {st.add()};
     std::vector<int32_t> indptr = {0, 45};
     HostTensor k = random_tokens(45, 4, 64, kF32, 3), v = random_tokens(45, 4, 64, kF32, 4);
@@ -165,7 +116,7 @@ TEST(PagedCpuStore, ConvertsToBf16AndF16StorageWithRoundToNearest) {
 }
 
 TEST(PagedCpuStore, CapacityFailureLeavesTheStoreUnchanged) {
-  Store st(make_config(1, 1, 8, 16, kF32, 4));
+  Store st(make_config(1, 1, 8, 16, kF32, 4, kCpu, kMaxBatch));
   std::vector<int32_t> ids = {st.add()};
   std::vector<int32_t> indptr = {0, 50};  // 4 pages: fits
   HostTensor k = random_tokens(50, 1, 8, kF32, 1), v = random_tokens(50, 1, 8, kF32, 2);
@@ -182,7 +133,7 @@ TEST(PagedCpuStore, CapacityFailureLeavesTheStoreUnchanged) {
 }
 
 TEST(PagedCpuStore, SidecarsAreZeroWhenAPageIsReallocated) {
-  Store st(make_config(1, 2, 8, 16, kF32, 4));
+  Store st(make_config(1, 2, 8, 16, kF32, 4, kCpu, kMaxBatch));
   sieve_sidecar_desc d{};
   d.hdr = SIEVE_HEADER_INIT(sieve_sidecar_desc);
   d.name = "test.minmax";
@@ -222,7 +173,7 @@ TEST(PagedCpuStore, SidecarsAreZeroWhenAPageIsReallocated) {
 TEST(PagedCpuStore, EvictionFreesBytesAndReturnsMemoryToTheOs) {
   // 8 KV heads x 64 tokens x 128 dims x f32 = 256 KiB per page for K (and V): far above OS pages.
   const int hkv = 8, d = 128, page = 64, pages = 48;
-  Store st(make_config(1, hkv, d, page, kF32, pages));
+  Store st(make_config(1, hkv, d, page, kF32, pages, kCpu, kMaxBatch));
   std::vector<int32_t> ids = {st.add()};
   const int tokens = 40 * page + 5;
   std::vector<int32_t> indptr = {0, tokens};
@@ -262,7 +213,7 @@ TEST(PagedCpuStore, EvictionFreesBytesAndReturnsMemoryToTheOs) {
 }
 
 TEST(PagedCpuStore, BadInputGetsAStatusAndOneClearMessage) {
-  Store st(make_config(2, 2, 8, 16, kF32, 4));
+  Store st(make_config(2, 2, 8, 16, kF32, 4, kCpu, kMaxBatch));
   int32_t id = st.add();
   std::vector<int32_t> ids = {id};
   std::vector<int32_t> indptr = {0, 3};
@@ -290,11 +241,10 @@ TEST(PagedCpuStore, BadInputGetsAStatusAndOneClearMessage) {
   EXPECT_EQ(st.api->view(st.s, 0, ids.data(), 1, nullptr), SIEVE_ERR_INVALID_ARGUMENT);
 
   // A configuration the store cannot take is refused at create with the reason.
-  auto bad = make_config(1, 2, 8, 24, kF32, 4);
+  auto bad = make_config(1, 2, 8, 24, kF32, 4, kCpu, kMaxBatch);
   std::string err;
   sieve_kv_store* s = nullptr;
-  sieve_reason_sink sink{&err, [](void* ctx, const char* m) { *static_cast<std::string*>(ctx) = m; }};
-  EXPECT_EQ(st.api->create(nullptr, &bad, &s, sink), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(st.api->create(nullptr, &bad, &s, keep_last_reason(&err)), SIEVE_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(s, nullptr);
   EXPECT_NE(err.find("page_size must be 16, 32 or 64, got 24"), std::string::npos) << err;
 }
