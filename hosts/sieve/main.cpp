@@ -17,10 +17,14 @@ const Command kCommands[] = {
     {"plugins", sieve::cli::cmd_plugins, "list the plugins found, their capabilities and parameters"},
     {"conform", sieve::cli::cmd_conform, "run the ABI conformance suite on a plugin binary"},
     {"attn", sieve::cli::cmd_attn, "run a synthetic attention workload through a chain; fidelity vs dense"},
+    {"run", sieve::cli::cmd_run, "generate text with a model (default: the embedded stories260K), attention through chains"},
+    {"eval", sieve::cli::cmd_eval, "a chain against dense attention on a model: recall, output error, KL, agreement"},
+    {"bench", sieve::cli::cmd_bench, "time the attention kernels against the measured ceilings and PyTorch SDPA"},
 };
 
 void usage(std::FILE* f) {
-  std::fprintf(f, "usage: sieve <command> [options]   (sieve <command> --help for its options)\n\n");
+  std::fprintf(f, "usage: sieve <command> [options]   (sieve <command> --help for its options;\n"
+                 "       sieve alone runs `sieve run`: the embedded model's greedy story on the CPU)\n\n");
   for (const auto& c : kCommands) std::fprintf(f, "  %-9s %s\n", c.name, c.summary);
 }
 }  // namespace
@@ -28,10 +32,10 @@ void usage(std::FILE* f) {
 int main(int argc, char** argv) {
   spdlog::set_pattern("%^%l%$: %v");
   if (argc < 2) {
-    // The README's main job until the model host lands: a built-in attention workload.
-    char prog[] = "attn";
+    // The README's main job: the embedded model generates its story on the CPU.
+    char prog[] = "run";
     char* args[] = {prog, nullptr};
-    return sieve::cli::cmd_attn(1, args);
+    return sieve::cli::cmd_run(1, args);
   }
   std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {

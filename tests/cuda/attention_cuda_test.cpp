@@ -2,7 +2,8 @@
 // and causal prefill (tiled kernel), head dims 8/64/128, page sizes 16/32/64, ragged sequences and
 // last pages, f32/f16/bf16 storage, block selections of every head kind (empty rows,
 // k_block_pages > 1), q_rows, lse and page statistics; the device-side content checks; argument
-// refusals; and that a call can be captured in a CUDA graph (so it never synchronises).
+// refusals; and that a call can be captured in a CUDA graph (so it never synchronises). The
+// tensor-core kernels (q and K/V in one 16-bit dtype) get the same checks in AttentionCudaTensorCores.
 // Every call runs on NaN-poisoned device outputs: rows that should be written must be, rows that
 // should not must still hold NaN. The K/V pools hold NaN in spare pages and past each sequence's
 // last token (reference::Workload), so reading a key the kernel must not read shows up as NaN.
@@ -367,6 +368,283 @@ TEST_F(AttentionCuda, CapturesIntoACudaGraph) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   expect_outputs_match(w, kTolF32);
+}
+
+
+// ---- tensor-core kernels (q and K/V in one 16-bit dtype, head_dim 64/128) -------------------
+// The same checks against the f64 reference, on the mma.sync paths: the row kernel (decode,
+// q_rows) and the tiled prefill. Each case first asserts which kernel the plan picks, so a test
+// cannot silently pass on the FMA kernels.
+
+class AttentionCudaTensorCores : public AttentionCuda {
+ protected:
+  // The plan attend_cuda makes for the device copy of `w`.
+  kernels::CudaAttentionPlan plan_for(Workload& w, const CudaAttentionOptions& opt = {}) {
+    DeviceCall call(w);
+    std::string err;
+    kernels::CudaAttentionPlan plan;
+    EXPECT_EQ(kernels::cuda_attention_plan(call.args, opt, &plan, &err), SIEVE_OK) << err;
+    return plan;
+  }
+  // Asserts the kernel family, then runs the reference comparison.
+  void expect_on_kernel(Workload& w, const std::string& kernel, double tol, const CudaAttentionOptions& opt = {}) {
+    ASSERT_EQ(plan_for(w, opt).kernel, kernel);
+    expect_matches_reference(w, tol, opt);
+  }
+};
+
+// A half workload: q, K/V and out all of `dt`.
+WorkloadSpec half_spec(int32_t hq, int32_t hkv, int32_t d, int32_t ps, std::vector<int32_t> lens, DLDataType dt,
+                       uint64_t seed, sieve_phase phase = SIEVE_PHASE_DECODE, std::vector<int32_t> n_new = {}) {
+  return make_spec(hq, hkv, d, ps, std::move(lens), phase, std::move(n_new), seed, dt, dt);
+}
+
+TEST_F(AttentionCudaTensorCores, PathSelection) {
+  struct P {
+    DLDataType q, kv;
+    int32_t d;
+    bool tc;
+    const char* row;
+    const char* prefill;
+  };
+  for (P c : {P{kBF16, kBF16, 128, true, "row-mma", "prefill-mma"}, P{kF16, kF16, 64, true, "row-mma", "prefill-mma"},
+              P{kF32, kBF16, 128, true, "row-fma", "prefill-fma"}, P{kBF16, kF16, 128, true, "row-fma", "prefill-fma"},
+              P{kBF16, kBF16, 8, true, "row-fma", "prefill-fma"}, P{kBF16, kBF16, 128, false, "row-fma", "prefill-fma"},
+              P{kF32, kF32, 128, true, "row-fma", "prefill-fma"}}) {
+    SCOPED_TRACE("q " + dt(c.q) + ", kv " + dt(c.kv) + ", d " + std::to_string(c.d) + (c.tc ? "" : ", tensor_cores off"));
+    CudaAttentionOptions opt;
+    opt.tensor_cores = c.tc;
+    Workload dec(make_spec(8, 2, c.d, 16, {40}, SIEVE_PHASE_DECODE, {}, 1, c.kv, c.q));
+    EXPECT_EQ(plan_for(dec, opt).kernel, std::string(c.row));
+    Workload pf(make_spec(8, 2, c.d, 16, {40}, SIEVE_PHASE_PREFILL, {}, 1, c.kv, c.q));
+    EXPECT_EQ(plan_for(pf, opt).kernel, std::string(c.prefill));
+    pf.set_q_rows({0, 39});  // prefill rows listed in q_rows take the row kernel
+    EXPECT_EQ(plan_for(pf, opt).kernel, std::string(c.row));
+  }
+}
+
+TEST_F(AttentionCudaTensorCores, DecodeGqaGroupsHeadDimsDtypes) {
+  // Groups 1, 2, 3, 4, 8, 16 (one CTA's 16 MMA rows) and 32 (two CTAs per KV head).
+  struct G {
+    int32_t hq, hkv;
+  };
+  for (G g : {G{8, 8}, G{8, 4}, G{6, 2}, G{8, 2}, G{8, 1}, G{16, 1}, G{32, 1}})
+    for (int32_t d : {64, 128})
+      for (DLDataType t : {kBF16, kF16}) {
+        SCOPED_TRACE("hq " + std::to_string(g.hq) + ", hkv " + std::to_string(g.hkv) + ", d " + std::to_string(d) + ", " + dt(t));
+        Workload w(half_spec(g.hq, g.hkv, d, 16, kDecodeLens, t, uint64_t(g.hq * 7 + g.hkv + d)));
+        w.request_lse();
+        w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+        expect_on_kernel(w, "row-mma", kTolHalf);
+      }
+}
+
+TEST_F(AttentionCudaTensorCores, DecodePageSizes) {
+  // The stores' page sizes, and sizes that are not powers of two (a tile then straddles pages).
+  for (int32_t ps : {8, 16, 32, 64, 24, 200}) {
+    SCOPED_TRACE("page_size " + std::to_string(ps));
+    Workload w(half_spec(8, 2, 128, ps, {1, ps - 1, ps + 1, 3 * ps + 5, 700}, kBF16, uint64_t(ps)));
+    w.request_lse();
+    w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
+    expect_on_kernel(w, "row-mma", kTolHalf);
+    w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 2, rows_with_an_empty_one(w, SIEVE_SEL_PER_KV_HEAD, 1, 2, 0.5, 3));
+    expect_on_kernel(w, "row-mma", kTolHalf);
+  }
+}
+
+TEST_F(AttentionCudaTensorCores, DecodeBlockSelections) {
+  for (uint32_t heads : kSelectionHeads)
+    for (int32_t kbp : {1, 3})
+      for (double keep : {0.3, 0.7}) {
+        SCOPED_TRACE("heads " + std::to_string(heads) + ", k_block_pages " + std::to_string(kbp) + ", keep " +
+                     std::to_string(keep));
+        Workload w(half_spec(8, 2, 128, 16, kDecodeLens, kBF16, heads * 10 + kbp));
+        w.set_selection(heads, 1, kbp, rows_with_an_empty_one(w, heads, 1, kbp, keep, 5));
+        w.request_lse();
+        w.request_stats(heads == SIEVE_SEL_PER_Q_HEAD ? SIEVE_STATS_PAGE_MASS_ALL_HEADS
+                                                      : SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+        expect_on_kernel(w, "row-mma", kTolHalf);
+      }
+}
+
+TEST_F(AttentionCudaTensorCores, DecodeSplitsFollowTheSelectedKeys) {
+  // One long sequence: the automatic split count comes from its dense length; a sparse row uses
+  // only the splits its selected keys need (the others hold empty states the combine skips).
+  for (double keep : {1.0, 0.3, 0.05}) {
+    SCOPED_TRACE("keep " + std::to_string(keep));
+    Workload w(half_spec(8, 2, 128, 16, {20000, 3}, kBF16, uint64_t(keep * 100)));
+    if (keep < 1) w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 1, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 1, 1, keep, 8));
+    w.request_lse();
+    w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+    const kernels::CudaAttentionPlan plan = plan_for(w);
+    EXPECT_GT(plan.kv_splits, 1);
+    EXPECT_EQ(plan.heads_per_cta, 4);
+    expect_on_kernel(w, "row-mma", kTolHalf);
+    CudaAttentionOptions fine;  // many short splits: every tile boundary case
+    fine.split_min_keys = 64;
+    expect_on_kernel(w, "row-mma", kTolHalf, fine);
+  }
+}
+
+TEST_F(AttentionCudaTensorCores, DecodeSplitKvForced) {
+  for (int splits : {1, 3, 7, 64}) {
+    SCOPED_TRACE("splits " + std::to_string(splits));
+    Workload w(half_spec(8, 2, 64, 16, {700, 5}, kF16, uint64_t(splits)));
+    w.request_lse();
+    w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+    CudaAttentionOptions opt;
+    opt.kv_splits = splits;
+    ASSERT_EQ(splits_for(w, opt), splits);
+    expect_on_kernel(w, "row-mma", kTolHalf, opt);
+    w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 2, w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 1, 2, 0.4, 3));
+    expect_on_kernel(w, "row-mma", kTolHalf, opt);
+  }
+}
+
+TEST_F(AttentionCudaTensorCores, DecodeQRowsAndEmptyRows) {
+  Workload w(half_spec(8, 4, 64, 16, {20, 1, 64, 100, 33}, kBF16, 4));
+  w.set_q_rows({3, 1});
+  w.request_lse();
+  w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
+  expect_on_kernel(w, "row-mma", kTolHalf);
+  EXPECT_EQ(w.page_mass.get(0), 0.f);  // sequence 0 is not computed
+  w.clear_q_rows();
+  w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 1, reference::SelectionRows(size_t(w.selection_rows(SIEVE_SEL_PER_Q_HEAD, 1))));
+  expect_on_kernel(w, "row-mma", kTolHalf);
+  for (int64_t i = 0; i < w.lse.numel(); ++i) EXPECT_EQ(w.lse.get(i), -INFINITY);
+}
+
+TEST_F(AttentionCudaTensorCores, DecodeRaggedBatchWithIdleSplits) {
+  // 16 ragged sequences of ~3K keys and one of 7: the automatic plan takes 2..8 splits; sparse and
+  // short rows leave some of them idle (empty states the combine skips). Also through a CUDA graph,
+  // as an engine would replay it.
+  std::vector<int32_t> lens;
+  for (int32_t b = 0; b < 16; ++b) lens.push_back(b == 5 ? 7 : 2600 + 37 * b);
+  for (double keep : {1.0, 0.3, 0.05}) {
+    SCOPED_TRACE("keep " + std::to_string(keep));
+    Workload w(half_spec(8, 2, 128, 16, lens, kBF16, uint64_t(keep * 1000) + 11));
+    if (keep < 1) w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 1, rows_with_an_empty_one(w, SIEVE_SEL_PER_KV_HEAD, 1, 1, keep, 12));
+    w.request_lse();
+    w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+    const kernels::CudaAttentionPlan plan = plan_for(w);
+    EXPECT_GE(plan.kv_splits, 2);
+    EXPECT_LE(plan.kv_splits, 8);
+    expect_on_kernel(w, "row-mma", kTolHalf);
+
+    DeviceCall call(w);
+    std::string err;
+    call.poison();
+    cudaGraph_t graph = nullptr;
+    SIEVE_CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+    const sieve_status st = kernels::attend_cuda(call.args, {}, stream_, &err);
+    SIEVE_CUDA_OK(cudaStreamEndCapture(stream_, &graph));
+    ASSERT_EQ(st, SIEVE_OK) << err;
+    cudaGraphExec_t exec = nullptr;
+    SIEVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    SIEVE_CUDA_OK(cudaGraphLaunch(exec, stream_));
+    SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
+    call.download();
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_OK) << err;
+    expect_outputs_match(w, kTolHalf);
+  }
+}
+
+// Longer prompts than the FMA cases: several 64-key tiles and 128-row query tiles per sequence.
+const std::vector<int32_t> kLongPrefillLens = {0, 1, 77, 130, 300};
+const std::vector<int32_t> kLongPrefillNew = {0, 1, 30, 130, 300};
+
+TEST_F(AttentionCudaTensorCores, PrefillGqaHeadDimsPageSizes) {
+  struct Geo {
+    int32_t hq, hkv, d, ps;
+  };
+  for (Geo g : {Geo{8, 8, 64, 16}, Geo{8, 4, 128, 32}, Geo{8, 1, 64, 32}, Geo{8, 2, 128, 16}, Geo{16, 1, 128, 64},
+                Geo{32, 1, 64, 16}, Geo{6, 2, 128, 24}, Geo{8, 2, 64, 8}})
+    for (DLDataType t : {kBF16, kF16}) {
+      SCOPED_TRACE("hq " + std::to_string(g.hq) + ", hkv " + std::to_string(g.hkv) + ", d " + std::to_string(g.d) +
+                   ", page_size " + std::to_string(g.ps) + ", " + dt(t));
+      Workload w(half_spec(g.hq, g.hkv, g.d, g.ps, kLongPrefillLens, t, uint64_t(g.hq * 100 + g.hkv * 10 + g.d + g.ps),
+                           SIEVE_PHASE_PREFILL, kLongPrefillNew));
+      w.request_lse();
+      expect_on_kernel(w, "prefill-mma", kTolHalf);
+    }
+}
+
+TEST_F(AttentionCudaTensorCores, PrefillBlockSelections) {
+  for (uint32_t heads : kSelectionHeads)
+    for (int32_t q_block : {1, 16, 50, 128})
+      for (int32_t kbp : {1, 2, 4}) {
+        SCOPED_TRACE("heads " + std::to_string(heads) + ", q_block " + std::to_string(q_block) + ", k_block_pages " +
+                     std::to_string(kbp));
+        Workload w(half_spec(8, 2, 128, 16, kLongPrefillLens, kBF16, heads * 1000 + q_block * 10 + kbp,
+                             SIEVE_PHASE_PREFILL, kLongPrefillNew));
+        w.set_selection(heads, q_block, kbp, rows_with_an_empty_one(w, heads, q_block, kbp, 0.5, q_block + kbp));
+        w.request_lse();
+        expect_on_kernel(w, "prefill-mma", kTolHalf);
+      }
+}
+
+TEST_F(AttentionCudaTensorCores, PrefillQRowsLikeDeltaCorrection) {
+  Workload w(half_spec(8, 2, 128, 32, kLongPrefillLens, kBF16, 9, SIEVE_PHASE_PREFILL, kLongPrefillNew));
+  w.set_q_rows(delta_anchor_rows(w));
+  w.request_lse();
+  expect_on_kernel(w, "row-mma", kTolHalf);
+  w.set_selection(SIEVE_SEL_PER_KV_HEAD, 16, 1, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 16, 1, 0.5, 4));
+  CudaAttentionOptions opt;
+  opt.kv_splits = 3;
+  expect_on_kernel(w, "row-mma", kTolHalf, opt);
+}
+
+TEST_F(AttentionCudaTensorCores, BadEntriesAreSkippedAndReported) {
+  {
+    Workload w(half_spec(8, 2, 128, 16, {40, 100}, kBF16, 2));
+    w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 1, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 1, 1, 1.0, 1));
+    w.sel_indices.data<int32_t>()[w.sel_indptr.data<int32_t>()[2] + 2] = 1000;
+    ASSERT_EQ(plan_for(w).kernel, std::string("row-mma"));
+    DeviceCall call(w);
+    std::string err;
+    ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;
+    ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(err, testing::HasSubstr("selection row 2: key block 1000"));
+    for (int64_t i = 0; i < w.out.numel(); ++i) ASSERT_TRUE(std::isfinite(w.out.get(i))) << i;
+  }
+  {
+    Workload w(half_spec(8, 2, 128, 16, {40, 200}, kBF16, 3, SIEVE_PHASE_PREFILL));
+    w.kv_indices.data<int32_t>()[1] = 1 << 20;  // beyond the pool
+    ASSERT_EQ(plan_for(w).kernel, std::string("prefill-mma"));
+    DeviceCall call(w);
+    std::string err;
+    ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;
+    ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(err, testing::HasSubstr("physical page 1048576 (sequence 0, logical page 1)"));
+    for (int64_t i = 0; i < w.out.numel(); ++i) ASSERT_TRUE(std::isfinite(w.out.get(i))) << i;
+  }
+}
+
+TEST_F(AttentionCudaTensorCores, CapturesIntoACudaGraph) {
+  for (sieve_phase phase : {SIEVE_PHASE_DECODE, SIEVE_PHASE_PREFILL}) {
+    SCOPED_TRACE(phase == SIEVE_PHASE_DECODE ? "decode" : "prefill");
+    Workload w(half_spec(8, 2, 128, 16, {3000, 40}, kBF16, 6, phase, phase == SIEVE_PHASE_PREFILL ? std::vector<int32_t>{200, 40} : std::vector<int32_t>{}));
+    if (phase == SIEVE_PHASE_DECODE) w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+    DeviceCall call(w);
+    std::string err;
+    ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;  // first use sets the device up
+    call.poison();
+    cudaGraph_t graph = nullptr;
+    SIEVE_CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+    const sieve_status st = kernels::attend_cuda(call.args, {}, stream_, &err);
+    SIEVE_CUDA_OK(cudaStreamEndCapture(stream_, &graph));
+    ASSERT_EQ(st, SIEVE_OK) << err;
+    cudaGraphExec_t exec = nullptr;
+    SIEVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    SIEVE_CUDA_OK(cudaGraphLaunch(exec, stream_));
+    SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
+    call.download();
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    expect_outputs_match(w, kTolHalf);
+  }
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 // attend_cuda: the host side of the CUDA attention kernels. Checks the arguments (shared
 // check_attention_args), plans the launch, and enqueues on the caller's stream without ever
 // synchronising:
-//   - decode, and prefill restricted to q_rows: the row kernel (attention_row.cu), one CTA per
-//     (query row, head unit, KV split), then the split-KV combine when split;
-//   - prefill over every query token: the tiled kernel (attention_prefill.cu);
+//   - decode, and prefill restricted to q_rows: a row kernel, one CTA per (query row, head unit,
+//     KV split), then the split-KV combine when split: on tensor cores (attention_decode_mma.cu)
+//     when q and K/V share a 16-bit dtype and head_dim is 64 or 128, else with f32 FMA
+//     (attention_row.cu);
+//   - prefill over every query token: a tiled kernel, on tensor cores (attention_prefill_mma.cu)
+//     under the same conditions, else FMA (attention_prefill.cu);
 //   - page statistics (decode): page_mass zeroed, then a second pass with the final lse
 //     (attention_stats.cu).
 // Per device, once: the SM count (split heuristic), a private stream-ordered memory pool for the
@@ -33,6 +36,13 @@ __device__ ErrorRecord g_error_record;  // one per device (each device loads its
 
 constexpr int kMaxSplits = 256;
 constexpr int kMinPagesPerSplit = 8;  // below ~128 keys per split the combine costs more than it saves
+// Tensor-core row kernel splits (see mma_splits): 2 CTAs fit per SM (shared memory); a CTA costs
+// about kMmaCtaSetupKeys keys' worth of time to start (dependent loads of the page table and
+// selection, the first tiles); a split holds at least kMmaMinSplitKeys keys, decided per row on
+// the device, so a sparse row is not spread thinner than that.
+constexpr int kMmaCtasPerSm = 2;
+constexpr int kMmaCtaSetupKeys = 256;
+constexpr int kMmaMinSplitKeys = 256;
 constexpr int kMaxDevices = 64;
 constexpr int kPrefillRows = 64;      // rows (token x head) of a prefill tile, see attention_prefill.cu
 constexpr int kMaxStatsPageSize = 512;
@@ -118,6 +128,8 @@ int dtype_code(DLDataType t) {
 struct Plan {
   AttentionShape s;
   bool row_path = false;  // row kernel (decode, q_rows) or tiled prefill
+  bool mma = false;       // tensor-core kernels
+  int32_t split_min_keys = 0;
   int32_t hg = 1;         // query heads per CTA
   int32_t chunks = 1;     // CTAs per KV head (group / hg, rounded up)
   int32_t n_work = 0;     // rows of the row kernel
@@ -141,24 +153,67 @@ std::string unsupported_here(const AttentionShape& s) {
   return {};
 }
 
+// Split count of the tensor-core row kernel for `ctas` (row, head unit) pairs of up to `keys`
+// keys: the S minimising ceil(ctas * S / resident) * (keys / S + setup), i.e. few whole rounds of
+// resident CTAs, each as short as the split allows (at batch 16 x 32K: 2 splits, one round of 256
+// CTAs). On an H200 (docs/bench/README.md) an earlier "~8 waves" rule (17 splits there) ran 2.5%
+// slower than 8 splits on dense rows, and 90%-sparse rows ran 23% slower split 7 ways than 2 ways
+// (95.1 vs 77.6 us): every extra round pays the CTA setup again.
+int32_t mma_splits(int64_t ctas, int64_t keys, int64_t min_keys, int sm_count) {
+  const int64_t resident = int64_t(kMmaCtasPerSm) * std::max(sm_count, 1);
+  const int64_t cap = std::clamp<int64_t>((keys + min_keys - 1) / min_keys, 1, kMaxSplits);
+  int32_t best = 1;
+  double best_t = -1;
+  for (int64_t s = 1; s <= cap; ++s) {
+    const double rounds = double((ctas * s + resident - 1) / resident);
+    const double t = rounds * (double(keys) / double(s) + kMmaCtaSetupKeys);
+    if (best_t < 0 || t < best_t) {
+      best_t = t;
+      best = int32_t(s);
+    }
+  }
+  return best;
+}
+
+// The tensor-core kernels need q and K/V in one 16-bit dtype (the MMA's operands), head_dim 64
+// or 128, and 16-byte aligned bases (cp.async / ldmatrix rows).
+bool tensor_core_eligible(const sieve_attention_args& a, const AttentionShape& s) {
+  const int kv_dt = dtype_code(a.kv->k_pages.dtype);
+  auto aligned = [](const DLTensor& t) { return reinterpret_cast<uintptr_t>(data_ptr<const void>(t)) % 16 == 0; };
+  return kv_dt != cuda::kDtF32 && dtype_code(a.q->dtype) == kv_dt && (s.d == 64 || s.d == 128) &&
+         aligned(*a.q) && aligned(a.kv->k_pages) && aligned(a.kv->v_pages);
+}
+
 Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int sm_count) {
   Plan p;
   p.s = attention_shape(a);
   const AttentionShape& s = p.s;
   const bool per_q_head = !s.dense && s.sel_heads == SIEVE_SEL_PER_Q_HEAD;
   p.row_path = !s.prefill || s.q_rows >= 0;
-  p.hg = per_q_head ? 1
-                    : std::min(s.group, p.row_path ? cuda::row_heads_per_cta(dtype_code(a.kv->k_pages.dtype), s.d)
-                                                   : cuda::kMaxHeadsPerCta);
+  p.mma = o.tensor_cores && tensor_core_eligible(a, s);
+  int32_t max_hg;
+  if (p.mma) max_hg = cuda::kMmaRowHeads;
+  else if (p.row_path) max_hg = cuda::row_heads_per_cta(dtype_code(a.kv->k_pages.dtype), s.d);
+  else max_hg = cuda::kMaxHeadsPerCta;
+  p.hg = per_q_head ? 1 : std::min(s.group, max_hg);
   p.chunks = (s.group + p.hg - 1) / p.hg;
-  for (int32_t b = 0; b < s.batch; ++b) p.max_pages = std::max(p.max_pages, kv_pages(*a.kv, b));
+  int32_t max_len = 0;
+  for (int32_t b = 0; b < s.batch; ++b) {
+    p.max_pages = std::max(p.max_pages, kv_pages(*a.kv, b));
+    max_len = std::max(max_len, kv_len(*a.kv, b));
+  }
   if (p.row_path) {
     p.n_work = s.q_rows >= 0 ? int32_t(s.q_rows) : s.n_q_tokens;
+    const int64_t ctas = int64_t(p.n_work) * s.hkv * p.chunks;
     if (o.kv_splits > 0) {
       p.splits = std::min(o.kv_splits, kMaxSplits);
+    } else if (p.mma) {
+      // An upper bound from the longest dense row; each row uses what its key list needs.
+      const int64_t min_keys = o.split_min_keys > 0 ? o.split_min_keys : kMmaMinSplitKeys;
+      p.splits = mma_splits(ctas, max_len, min_keys, sm_count);
+      p.split_min_keys = int32_t(min_keys);
     } else {
       // Enough CTAs for ~4 per SM; no split shorter than kMinPagesPerSplit pages.
-      const int64_t ctas = int64_t(p.n_work) * s.hkv * p.chunks;
       const int64_t target = 4 * int64_t(sm_count);
       if (ctas > 0 && ctas < target) {
         const int64_t want = (target + ctas - 1) / ctas;
@@ -167,7 +222,7 @@ Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int
       }
     }
   } else {
-    p.tile_tokens = kPrefillRows / p.hg;
+    p.tile_tokens = (p.mma ? cuda::kMmaPrefillRows : kPrefillRows) / p.hg;
     for (int32_t b = 0; b < s.batch; ++b) {
       const int32_t n_b = a.qo_indptr_host[b + 1] - a.qo_indptr_host[b];
       const int32_t qb = s.dense ? std::max(n_b, 1) : s.q_block;
@@ -213,6 +268,9 @@ sieve_status check_and_plan(const sieve_attention_args& a, const CudaAttentionOp
   if (o.kv_splits < 0)
     return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
                 "options.kv_splits: " + std::to_string(o.kv_splits) + ", expected >= 0");
+  if (o.split_min_keys < 0)
+    return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
+                "options.split_min_keys: " + std::to_string(o.split_min_keys) + ", expected >= 0");
   const int dev = a.q->device.device_id;
   if (cudaError_t e = guard.enter(dev); e != cudaSuccess)
     return fail(error, SIEVE_ERR_DEVICE, cuda_message(("cudaSetDevice(" + std::to_string(dev) + ")").c_str(), e));
@@ -268,6 +326,7 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   p.hg = plan.hg;
   p.chunks = plan.chunks;
   p.n_splits = plan.splits;
+  p.split_min_keys = plan.splits > 1 ? plan.split_min_keys : 0;
   p.stats_h = s.stats_h;
   p.page_mass = s.stats != SIEVE_STATS_NONE ? data_ptr<float>(*a.page_mass) : nullptr;
   p.err = st->err;
@@ -300,8 +359,9 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
 
   if (plan.row_path) {
     if (plan.n_work == 0) return SIEVE_OK;
-    if (cudaError_t e = cuda::launch_row_attention(p, kv_dt, stream); e != cudaSuccess)
-      return fail(error, SIEVE_ERR_DEVICE, cuda_message("row attention kernel launch", e));
+    const cudaError_t e = plan.mma ? cuda::launch_row_attention_mma(p, kv_dt, stream)
+                                   : cuda::launch_row_attention(p, kv_dt, stream);
+    if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("row attention kernel launch", e));
     if (plan.splits > 1) {
       if (cudaError_t e = cuda::launch_split_combine(p, stream); e != cudaSuccess)
         return fail(error, SIEVE_ERR_DEVICE, cuda_message("split-KV combine kernel launch", e));
@@ -311,9 +371,10 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
         return fail(error, SIEVE_ERR_DEVICE, cuda_message("page statistics kernel launch", e));
     }
   } else if (plan.max_tiles > 0) {
-    if (cudaError_t e = cuda::launch_prefill_attention(p, kv_dt, plan.max_tiles, plan.tile_tokens, stream);
-        e != cudaSuccess)
-      return fail(error, SIEVE_ERR_DEVICE, cuda_message("prefill attention kernel launch", e));
+    const cudaError_t e =
+        plan.mma ? cuda::launch_prefill_attention_mma(p, kv_dt, plan.max_tiles, plan.tile_tokens, stream)
+                 : cuda::launch_prefill_attention(p, kv_dt, plan.max_tiles, plan.tile_tokens, stream);
+    if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("prefill attention kernel launch", e));
   }
   return SIEVE_OK;
 }
@@ -335,18 +396,26 @@ sieve_status attend_cuda(const sieve_attention_args& args, void* cuda_stream, st
   return attend_cuda(args, CudaAttentionOptions{}, cuda_stream, error);
 }
 
-int cuda_attention_kv_splits(const sieve_attention_args& args, const CudaAttentionOptions& options,
-                             std::string* error) {
+sieve_status cuda_attention_plan(const sieve_attention_args& args, const CudaAttentionOptions& options,
+                                 CudaAttentionPlan* out, std::string* error) {
   try {
     DeviceGuard guard;
     DeviceState* st = nullptr;
     Plan plan;
-    if (check_and_plan(args, options, guard, &st, &plan, error) != SIEVE_OK) return 0;
-    return plan.row_path ? plan.splits : 1;
+    if (sieve_status r = check_and_plan(args, options, guard, &st, &plan, error); r != SIEVE_OK) return r;
+    out->kernel = plan.row_path ? (plan.mma ? "row-mma" : "row-fma") : (plan.mma ? "prefill-mma" : "prefill-fma");
+    out->kv_splits = plan.row_path ? plan.splits : 1;
+    out->heads_per_cta = plan.hg;
+    return SIEVE_OK;
   } catch (const std::exception& e) {
-    if (error) *error = std::string("cuda_attention_kv_splits: ") + e.what();
-    return 0;
+    return fail(error, SIEVE_ERR_INTERNAL, std::string("cuda_attention_plan: ") + e.what());
   }
+}
+
+int cuda_attention_kv_splits(const sieve_attention_args& args, const CudaAttentionOptions& options,
+                             std::string* error) {
+  CudaAttentionPlan plan;
+  return cuda_attention_plan(args, options, &plan, error) == SIEVE_OK ? plan.kv_splits : 0;
 }
 
 sieve_status cuda_attention_check_errors(int device, void* cuda_stream, std::string* error) {

@@ -86,6 +86,10 @@ struct AttnParams {
   int32_t chunks;
   // split-KV (row kernel): partial outputs [n_splits, n_work, hq, d] and lse [n_splits, n_work, hq]
   int32_t n_splits;
+  // Tensor-core row kernel: a row whose key list is shorter than n_splits * split_min_keys uses
+  // only ceil(keys / split_min_keys) of the splits (the others write an empty partial state), so a
+  // sparse selection is not spread thinner than this; 0 = always n_splits.
+  int32_t split_min_keys;
   float* part_o;
   float* part_lse;
   // page statistics
@@ -155,16 +159,32 @@ struct Vec16<__nv_bfloat16> {
 
 __device__ inline int32_t ceil_div_d(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
+// First index in [lo, hi) where `pred` is false, for a predicate that is true on a prefix and
+// false after it. Every lane of a warp calls it with the same arguments: each round the 32 lanes
+// probe 32 evenly spaced entries at once, so a list of n entries costs ~log32(n) dependent loads
+// instead of log2(n) (a dependent global load is ~0.5 us: the per-CTA setup of short decode
+// splits is made of such chains).
+template <class Pred>
+__device__ inline int32_t warp_partition_point(int32_t lo, int32_t hi, Pred pred) {
+  const int lane = threadIdx.x & 31;
+  while (hi - lo > 32) {
+    const int32_t step = (hi - lo + 31) / 32;
+    const int32_t i = lo + lane * step;
+    const int n = __popc(__ballot_sync(0xffffffffu, i < hi && pred(i)));
+    if (n == 0) return lo;
+    const int32_t next_hi = min(hi, lo + n * step);  // probe n is false (or past the end)
+    lo += (n - 1) * step + 1;                        // probe n - 1 is true
+    hi = next_hi;
+  }
+  const int32_t i = lo + lane;
+  return lo + __popc(__ballot_sync(0xffffffffu, i < hi && pred(i)));
+}
+
 // The sequence holding query token `tok`: the last b with qo[b] <= tok (empty sequences share
 // their qo value with the next one, so the last such b is the one whose range contains tok).
+// Warp-uniform (warp_partition_point).
 __device__ inline int32_t sequence_of(const int32_t* qo, int32_t batch, int32_t tok) {
-  int32_t lo = 0, hi = batch - 1;
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) >> 1;
-    if (__ldg(qo + mid) <= tok) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
+  return warp_partition_point(1, batch, [&](int32_t b) { return __ldg(qo + b) <= tok; }) - 1;
 }
 
 // C_b: query blocks of the sequences before b. Every warp computes it for itself (lane-strided
@@ -190,6 +210,7 @@ struct QueryToken {
   int32_t limit;     // keys [0, limit) are visible (causal)
 };
 
+// Warp-uniform: every lane of the calling warp passes the same token.
 __device__ inline QueryToken query_token(const AttnParams& p, int32_t tok) {
   QueryToken t;
   t.tok = tok;
@@ -267,6 +288,20 @@ __device__ inline int32_t row_head(const AttnParams& p, int32_t q_head) {
 // runtime-sized shared array keeps 16 spare bytes behind it.
 constexpr size_t padded_smem_floats(size_t floats) { return ((floats + 3) / 4 + 1) * 4 * sizeof(float); }
 
+// Raises a kernel's dynamic shared-memory limit once per device (a launch inside CUDA-graph
+// capture then makes no attribute call at all).
+template <class Kernel>
+inline cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, unsigned long long& done_mask) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+  if (bit && (__atomic_load_n(&done_mask, __ATOMIC_ACQUIRE) & bit)) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (e == cudaSuccess && bit) __atomic_fetch_or(&done_mask, bit, __ATOMIC_ACQ_REL);
+  return e;
+}
+
 // ---- launchers (one per kernel family, dispatching on storage dtype, head dim, heads/CTA) -----
 
 // Row kernel: one CTA per (work row, head unit, KV split); decode, and prefill rows listed in
@@ -277,6 +312,14 @@ cudaError_t launch_split_combine(const AttnParams& p, cudaStream_t stream);
 // Tiled causal prefill over every query token: grid (tiles, head units, batch).
 cudaError_t launch_prefill_attention(const AttnParams& p, int kv_dt, int32_t max_tiles,
                                      int32_t tile_tokens, cudaStream_t stream);
+// Tensor-core variants (attention_decode_mma.cu, attention_prefill_mma.cu) for q and K/V of one
+// 16-bit dtype, head_dim 64 or 128: the row kernel with up to kMmaRowHeads heads per CTA, and the
+// prefill kernel with tile_tokens * hg <= kMmaPrefillRows rows per CTA.
+constexpr int kMmaRowHeads = 16;
+constexpr int kMmaPrefillRows = 128;
+cudaError_t launch_row_attention_mma(const AttnParams& p, int kv_dt, cudaStream_t stream);
+cudaError_t launch_prefill_attention_mma(const AttnParams& p, int kv_dt, int32_t max_tiles,
+                                         int32_t tile_tokens, cudaStream_t stream);
 // Page statistics (decode) from the final lse: grid (max pages, work rows).
 cudaError_t launch_page_mass(const AttnParams& p, int kv_dt, int32_t max_pages,
                              cudaStream_t stream);

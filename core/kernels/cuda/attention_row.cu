@@ -225,11 +225,28 @@ __global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParam
   }
 }
 
+// Max / sum over the CTA (kThreads threads); every thread gets the result.
+__device__ inline float cta_reduce(float v, bool is_max, float* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float x = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, x) : v + x;
+  }
+  __syncthreads();  // scratch is reused across calls
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
+  return v;
+}
+
 // Merge the split-KV partial states of one (work row, query head): out = Σ_s w_s o_s / Σ_s w_s,
-// w_s = exp(lse_s - max lse).
+// w_s = exp(lse_s - max lse). Splits that held nothing have lse -inf (weight 0, their o unread).
+// The threads share the splits (a long context can have 256): no serial loop over global loads.
 __global__ void __launch_bounds__(kThreads) split_combine_kernel(const AttnParams p) {
   extern __shared__ float sm_w[];  // [n_splits]
-  __shared__ float sm_lse;
+  __shared__ float red[kThreads / 32];
   const int32_t r = blockIdx.x, h = blockIdx.y;
   int32_t tok = r;
   if (p.q_rows) {
@@ -237,31 +254,35 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(const AttnParam
     if (tok < 0 || tok >= p.n_q_tokens) return;  // recorded by the row kernel
   }
   const int S = p.n_splits;
-  if (threadIdx.x == 0) {
-    float mx = kNegInf;
-    for (int s = 0; s < S; ++s) mx = fmaxf(mx, p.part_lse[(int64_t(s) * p.n_work + r) * p.hq + h]);
-    float sum = 0.f;
-    for (int s = 0; s < S; ++s) {
-      const float ls = p.part_lse[(int64_t(s) * p.n_work + r) * p.hq + h];
-      const float w = mx == kNegInf ? 0.f : expf(ls - mx);
-      sm_w[s] = w;
-      sum += w;
-    }
-    for (int s = 0; s < S; ++s) sm_w[s] = sum > 0.f ? sm_w[s] / sum : 0.f;
-    sm_lse = sum > 0.f ? mx + logf(sum) : kNegInf;
+  const int64_t stride = int64_t(p.n_work) * p.hq;  // between the splits of one (row, head)
+  const int64_t at = int64_t(r) * p.hq + h;
+  float mx = kNegInf;
+  for (int s = threadIdx.x; s < S; s += kThreads) {
+    const float v = p.part_lse[s * stride + at];
+    sm_w[s] = v;
+    mx = fmaxf(mx, v);
   }
-  __syncthreads();
+  mx = cta_reduce(mx, true, red);
+  float sum = 0.f;
+  for (int s = threadIdx.x; s < S; s += kThreads) {
+    const float w = mx == kNegInf ? 0.f : expf(sm_w[s] - mx);
+    sm_w[s] = w;
+    sum += w;
+  }
+  sum = cta_reduce(sum, false, red);  // its barriers also publish sm_w
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
   for (int d = threadIdx.x; d < p.d; d += kThreads) {
     float o = 0.f;
     for (int s = 0; s < S; ++s) {
       const float w = sm_w[s];
-      if (w > 0.f) o = fmaf(w, p.part_o[((int64_t(s) * p.n_work + r) * p.hq + h) * p.d + d], o);
+      if (w > 0.f) o = fmaf(w, p.part_o[(s * stride + at) * p.d + d], o);
     }
-    store_elem(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * p.d + d, o);
+    store_elem(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * p.d + d, o * inv);
   }
   if (threadIdx.x == 0) {
-    if (p.lse) p.lse[int64_t(tok) * p.hq + h] = sm_lse;
-    if (p.lse_all) p.lse_all[int64_t(tok) * p.hq + h] = sm_lse;
+    const float lse = sum > 0.f ? mx + logf(sum) : kNegInf;
+    if (p.lse) p.lse[int64_t(tok) * p.hq + h] = lse;
+    if (p.lse_all) p.lse_all[int64_t(tok) * p.hq + h] = lse;
   }
 }
 

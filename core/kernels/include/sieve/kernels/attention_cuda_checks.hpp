@@ -17,11 +17,29 @@ struct CudaAttentionOptions {
   // Split-KV chunks of the row kernel (decode, and prefill rows listed in q_rows) per
   // (query row, head unit): 0 = automatic (from the SM count), 1 = off, n = exactly n (<= 256).
   int kv_splits = 0;
+  // Tensor-core kernels (mma.sync) where they apply: q and K/V of one 16-bit dtype, head_dim 64
+  // or 128. false: the f32 FMA kernels for everything (a baseline; f32 storage, mixed q/KV dtypes
+  // and head_dim 8 always take them).
+  bool tensor_cores = true;
+  // Tensor-core row kernel with automatic splits: a row whose key list (dense keys, or selected
+  // pages) is short uses one split per this many keys, at most kv_splits. 0 = the default (256).
+  int split_min_keys = 0;
 };
 
 // attend_cuda (attention_cuda.hpp) with explicit options.
 sieve_status attend_cuda(const sieve_attention_args& args, const CudaAttentionOptions& options,
                          void* cuda_stream, std::string* error);
+
+// How attend_cuda would run `args`: which kernel family and how it splits the work.
+struct CudaAttentionPlan {
+  const char* kernel = "";  // "row-fma", "row-mma", "prefill-fma" or "prefill-mma"
+  int kv_splits = 1;        // split-KV CTAs per (row, head unit); an upper bound for row-mma
+  int heads_per_cta = 1;    // query heads that share each K/V load
+};
+// Fills *plan; on refusal returns the status attend_cuda would and writes *error. Host-only, like
+// cuda_attention_kv_splits.
+sieve_status cuda_attention_plan(const sieve_attention_args& args, const CudaAttentionOptions& options,
+                                 CudaAttentionPlan* plan, std::string* error);
 
 // The split-KV count attend_cuda would use for `args` (1 when it would not split, e.g. a tiled
 // prefill). Returns 0 and writes *error when attend_cuda would refuse the arguments. Host-only: no

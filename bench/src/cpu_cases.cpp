@@ -1,0 +1,169 @@
+// CPU cases: the same paged workloads in host memory through attend_cpu, timed with a steady
+// clock; the ceiling is a parallel memcpy over the same threads, measured in the same run.
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "runner.hpp"
+#include "sieve/kernels/attention_args.hpp"
+#include "sieve/kernels/attention_cpu.hpp"
+
+namespace sieve::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Timing summarize(std::vector<double> ms, int calls_per_sample) {
+  Timing t;
+  if (ms.empty()) return t;
+  std::sort(ms.begin(), ms.end());
+  t.samples = int(ms.size());
+  t.median_ms = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  t.calls_per_sample = calls_per_sample;
+  return t;
+}
+
+int host_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+void fill_host_random(void* p, DLDataType dt, int64_t n, uint64_t seed) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = splitmix64(seed ^ splitmix64(uint64_t(i)));
+    float s = 0.f;
+    for (int k = 0; k < 4; ++k) s += float((h >> (16 * k)) & 0xffff) * (1.f / 65536.f) - 0.5f;
+    store_float(p, dt, i, s * 1.7320508f);
+  }
+}
+
+double measure_host_copy_gbs(int threads) {
+  const size_t bytes = size_t(1) << 30;  // far past any CPU cache
+  std::vector<unsigned char> a(bytes), b(bytes);
+  fill_host_random(a.data(), kF32, int64_t(bytes / 4), 3);
+  std::fill(b.begin(), b.end(), 1);  // touch the pages before timing
+  const size_t chunk = bytes / size_t(std::max(threads, 1));
+  std::vector<double> ms;
+  for (int rep = 0; rep < 7; ++rep) {
+    const auto t0 = Clock::now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int i = 0; i < threads; ++i) std::memcpy(b.data() + size_t(i) * chunk, a.data() + size_t(i) * chunk, chunk);
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  ms.erase(ms.begin());  // warm-up
+  return 2.0 * double(chunk) * threads / (summarize(ms, 1).median_ms * 1e-3) / 1e9;
+}
+
+void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
+  out.c = c;
+  const int32_t nq = n_new(c), np = kernels::ceil_div(c.ctx, c.page_size);
+  const int64_t pages = int64_t(c.batch) * np;
+  std::vector<int32_t> qo(size_t(c.batch) + 1), kvp(size_t(c.batch) + 1), last(size_t(c.batch)), idx(static_cast<size_t>(pages));
+  for (int32_t b = 0; b <= c.batch; ++b) {
+    qo[size_t(b)] = b * nq;
+    kvp[size_t(b)] = b * np;
+  }
+  std::fill(last.begin(), last.end(), c.ctx - (np - 1) * c.page_size);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::mt19937_64 rng(0x5eed + uint64_t(c.ctx));
+  std::shuffle(idx.begin(), idx.end(), rng);
+  const reference::SelectionRows rows = make_selection(c, 0x5e1 + uint64_t(c.sparsity * 1000));
+  out.work = case_work(c, rows);
+
+  HostTensor k({pages, c.hkv, c.page_size, c.d}, c.dtype), v({pages, c.hkv, c.page_size, c.d}, c.dtype);
+  HostTensor q({int64_t(c.batch) * nq, c.hq, c.d}, c.dtype), o({int64_t(c.batch) * nq, c.hq, c.d}, c.dtype);
+  fill_host_random(k.dl().data, c.dtype, k.numel(), 1);
+  fill_host_random(v.dl().data, c.dtype, v.numel(), 2);
+  fill_host_random(q.dl().data, c.dtype, q.numel(), 3);
+  int64_t qo_shape[1] = {c.batch + 1}, idx_shape[1] = {pages}, last_shape[1] = {c.batch};
+  sieve_paged_kv kv{};
+  kv.hdr = SIEVE_HEADER_INIT(sieve_paged_kv);
+  kv.batch = c.batch;
+  kv.page_size = c.page_size;
+  kv.k_pages = k.dl();
+  kv.v_pages = v.dl();
+  kv.indptr = make_view(kvp.data(), kCpu, kI32, 1, qo_shape);
+  kv.indices = make_view(idx.data(), kCpu, kI32, 1, idx_shape);
+  kv.last_page_len = make_view(last.data(), kCpu, kI32, 1, last_shape);
+  kv.indptr_host = kvp.data();
+  kv.last_page_len_host = last.data();
+  DLTensor qo_t = make_view(qo.data(), kCpu, kI32, 1, qo_shape);
+  sieve_attention_args args =
+      kernels::make_attention_args(c.phase, c.hq, c.hkv, c.d, &q.dl(), &o.dl(), &qo_t, qo.data(), &kv);
+  std::vector<int32_t> sel_ip(1, 0), sel_ix;
+  for (const auto& r : rows) {
+    sel_ix.insert(sel_ix.end(), r.begin(), r.end());
+    sel_ip.push_back(int32_t(sel_ix.size()));
+  }
+  sel_ix.push_back(0);  // never an empty tensor
+  int64_t ip_shape[1] = {int64_t(sel_ip.size())}, ix_shape[1] = {int64_t(sel_ix.size())};
+  sieve_selection sel{};
+  if (!c.dense()) {
+    sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
+    sel.kind = SIEVE_SEL_BLOCKS;
+    sel.heads = SIEVE_SEL_PER_KV_HEAD;
+    sel.q_block = c.prefill() ? c.q_block : 1;
+    sel.k_block_pages = c.k_block_pages;
+    sel.n_rows = int32_t(rows.size());
+    sel.indptr = make_view(sel_ip.data(), kCpu, kI32, 1, ip_shape);
+    sel.indices = make_view(sel_ix.data(), kCpu, kI32, 1, ix_shape);
+    sel.capacity = ix_shape[0];
+    args.selection = &sel;
+  }
+
+  std::string err;
+  if (kernels::attend_cpu(args, &err) != SIEVE_OK) {  // warm-up (thread pool, scratch)
+    out.error = err;
+    state.SkipWithError(err.c_str());
+    return;
+  }
+  std::vector<double> ms;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    const sieve_status st = kernels::attend_cpu(args, &err);
+    const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (st != SIEVE_OK) {
+      out.error = err;
+      state.SkipWithError(err.c_str());
+      return;
+    }
+    ms.push_back(t);
+    state.SetIterationTime(t * 1e-3);
+  }
+  int64_t bad = 0;
+  for (int64_t i = 0; i < o.numel(); ++i) bad += !std::isfinite(o.get(i));
+  if (bad) {
+    out.error = std::to_string(bad) + " non-finite outputs";
+    state.SkipWithError(out.error.c_str());
+    return;
+  }
+  out.t = summarize(ms, 1);
+  out.kernel = "cpu";
+  out.ran = true;
+  state.counters["GB/s"] = out.work.bytes() / (out.t.median_ms * 1e-3) / 1e9;
+  state.counters["median_us"] = out.t.median_ms * 1e3;
+}
+
+}  // namespace sieve::bench

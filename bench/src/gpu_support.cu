@@ -1,0 +1,185 @@
+// Device helpers of the GPU benchmark (see gpu_support.hpp).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gpu_support.hpp"
+
+namespace sieve::bench {
+namespace {
+
+__device__ inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Sum of four uniforms on [-0.5, 0.5), scaled to unit variance: close enough to a normal for
+// timing, and cheap.
+__device__ inline float normalish(uint64_t seed, int64_t i) {
+  const uint64_t h = splitmix64(seed ^ splitmix64(uint64_t(i)));
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) s += float((h >> (16 * k)) & 0xffff) * (1.f / 65536.f) - 0.5f;
+  return s * 1.7320508f;  // variance 4/12 -> 1
+}
+
+template <class T>
+__global__ void fill_kernel(T* p, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = normalish(seed, i) * scale;
+    if constexpr (sizeof(T) == 4) p[i] = v;
+    else if constexpr (std::is_same_v<T, __half>) p[i] = __float2half_rn(v);
+    else p[i] = __float2bfloat16_rn(v);
+  }
+}
+
+constexpr int kMmaChains = 8;  // independent accumulators per warp: covers the MMA latency
+
+__global__ void mma_peak_kernel(float* sink, int iters) {
+  // Non-zero operands (never time on zeros): small bf16 values that differ per lane.
+  const float x = 1e-3f * float(1 + (threadIdx.x & 31));
+  __nv_bfloat162 v = __floats2bfloat162_rn(x, -x);
+  const uint32_t r = *reinterpret_cast<uint32_t*>(&v);
+  uint32_t a[4] = {r, r ^ 0x00010001u, r, r ^ 0x00020002u};
+  const uint32_t b0 = r ^ 0x00030003u, b1 = r;
+  float c[kMmaChains][4] = {};
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int k = 0; k < kMmaChains; ++k)
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(c[k][0]), "+f"(c[k][1]), "+f"(c[k][2]), "+f"(c[k][3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kMmaChains; ++k) s += c[k][0] + c[k][1] + c[k][2] + c[k][3];
+  if (s == 1234.5f) sink[threadIdx.x] = s;  // keeps the loop; practically never taken
+}
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : double(v[v.size() / 2]);
+}
+
+std::string cuda_error(const char* what, cudaError_t e) { return std::string(what) + ": " + cudaGetErrorString(e); }
+
+}  // namespace
+
+cudaError_t fill_device_random(void* p, DLDataType dt, int64_t n, uint64_t seed, float scale,
+                               cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 65536));
+  if (dt.bits == 32) fill_kernel<float><<<blocks, 256, 0, stream>>>(static_cast<float*>(p), n, seed, scale);
+  else if (dt.code == kDLBfloat)
+    fill_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(p), n, seed, scale);
+  else fill_kernel<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(p), n, seed, scale);
+  return cudaGetLastError();
+}
+
+double measure_copy_gbs(size_t bytes, int reps, std::string* error) {
+  void *a = nullptr, *b = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  std::vector<float> ms;
+  cudaError_t e = cudaMalloc(&a, bytes);
+  if (e == cudaSuccess) e = cudaMalloc(&b, bytes);
+  if (e == cudaSuccess) e = fill_device_random(a, kF32, int64_t(bytes / 4), 7, 1.f, nullptr);
+  if (e == cudaSuccess) e = cudaEventCreate(&e0);
+  if (e == cudaSuccess) e = cudaEventCreate(&e1);
+  for (int i = 0; i < reps + 2 && e == cudaSuccess; ++i) {
+    e = cudaEventRecord(e0);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+    if (e == cudaSuccess) e = cudaEventRecord(e1);
+    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+    float t = 0;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
+    if (i >= 2) ms.push_back(t);  // two warm-ups
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  if (e != cudaSuccess) {
+    if (error) *error = cuda_error("copy bandwidth", e);
+    return -1;
+  }
+  return 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e9;
+}
+
+double measure_bf16_gemm_tflops(int n, int reps, std::string* error) {
+  const size_t elems = size_t(n) * n;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  cublasHandle_t h = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  std::vector<float> ms;
+  std::string what = "bf16 GEMM";
+  cudaError_t e = cudaMalloc(&a, elems * 2);
+  if (e == cudaSuccess) e = cudaMalloc(&b, elems * 2);
+  if (e == cudaSuccess) e = cudaMalloc(&c, elems * 2);
+  if (e == cudaSuccess) e = fill_device_random(a, kBF16, int64_t(elems), 11, 1.f, nullptr);
+  if (e == cudaSuccess) e = fill_device_random(b, kBF16, int64_t(elems), 12, 1.f, nullptr);
+  if (e == cudaSuccess) e = cudaEventCreate(&e0);
+  if (e == cudaSuccess) e = cudaEventCreate(&e1);
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  if (e == cudaSuccess) st = cublasCreate(&h);
+  const float alpha = 1.f, beta = 0.f;
+  for (int i = 0; i < reps + 3 && e == cudaSuccess && st == CUBLAS_STATUS_SUCCESS; ++i) {
+    e = cudaEventRecord(e0);
+    st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
+                      &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (e == cudaSuccess) e = cudaEventRecord(e1);
+    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+    float t = 0;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
+    if (i >= 3) ms.push_back(t);  // three warm-ups (the first picks the algorithm)
+  }
+  if (h) cublasDestroy(h);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  if (e != cudaSuccess || st != CUBLAS_STATUS_SUCCESS) {
+    if (error) *error = e != cudaSuccess ? cuda_error(what.c_str(), e) : what + ": cuBLAS status " + std::to_string(int(st));
+    return -1;
+  }
+  return 2.0 * double(n) * n * n / (median(ms) * 1e-3) / 1e12;
+}
+
+double measure_mma_sync_tflops(int sm_count, std::string* error) {
+  constexpr int kThreadsPerBlock = 256, kBlocksPerSm = 2, kIters = 4096;
+  float* sink = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  std::vector<float> ms;
+  const unsigned blocks = unsigned(std::max(sm_count, 1) * kBlocksPerSm);
+  cudaError_t e = cudaMalloc(&sink, kThreadsPerBlock * sizeof(float));
+  if (e == cudaSuccess) e = cudaEventCreate(&e0);
+  if (e == cudaSuccess) e = cudaEventCreate(&e1);
+  for (int i = 0; i < 7 && e == cudaSuccess; ++i) {
+    e = cudaEventRecord(e0);
+    mma_peak_kernel<<<blocks, kThreadsPerBlock>>>(sink, kIters);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaEventRecord(e1);
+    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+    float t = 0;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
+    if (i >= 2) ms.push_back(t);
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  cudaFree(sink);
+  if (e != cudaSuccess) {
+    if (error) *error = cuda_error("mma.sync peak", e);
+    return -1;
+  }
+  const double flops = double(blocks) * (kThreadsPerBlock / 32) * kIters * kMmaChains * 2.0 * 16 * 8 * 16;
+  return flops / (median(ms) * 1e-3) / 1e12;
+}
+
+}  // namespace sieve::bench

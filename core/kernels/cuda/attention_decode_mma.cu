@@ -1,0 +1,304 @@
+// The tensor-core row kernel: attention of single query tokens (decode, and prefill rows listed
+// in q_rows) over the paged cache when q and K/V share a 16-bit dtype; mma.sync m16n8k16 with f32
+// accumulation.
+//
+// One CTA per (work row, head unit, KV split), as the FMA row kernel (attention_row.cu). The head
+// unit's query heads (a GQA group of up to 16, or one head for PER_Q_HEAD selections) are the 16
+// rows of the MMA's A operand, so the group shares every K/V load. The CTA streams its split of
+// the key list (mma::KeyList: dense keys, or the selected pages packed) in tiles of 64 keys
+// through a 3-stage cp.async ring (2 tiles in flight while one is computed), finding each key's
+// page in a slot table it resolves in parallel per chunk of 512 pages (one shared-memory read per
+// key row; resolving page ids per key row with dependent global reads made the first version
+// latency-bound at ~65% of bandwidth). Each of the 4 warps takes 16 keys of every tile with its
+// own online softmax (S = Q·Kᵀ from ldmatrix'd K, P·V from ldmatrix.trans'd V, P kept in
+// registers), and the warps merge through shared memory at the end.
+// With one split the CTA writes out and lse; with several, a partial state for
+// launch_split_combine(). A row whose key list is short uses fewer splits (split_min_keys), so a
+// sparse selection is not spread over CTAs that would each do almost nothing.
+#include "attention_mma.cuh"
+
+namespace sieve::kernels::cuda {
+namespace {
+
+using namespace mma;
+
+constexpr int kWarps = kThreads / 32;
+constexpr int kStages = 3;
+constexpr int kRows = kMmaRowHeads;  // query heads per CTA: one m16 tile
+
+template <int D>
+struct RowMmaSmem {
+  static constexpr int S = smem_stride<D>();
+  static constexpr int tile = kTileKeys * S;  // elements of one K or V tile
+  static constexpr size_t kv_bytes = size_t(kStages) * 2 * tile * 2;
+  // The warps' partial states [warps][rows][D] + m, l [warps][rows], over the K/V ring after it.
+  static constexpr size_t merge_bytes = (size_t(kWarps) * kRows * D + 2 * kWarps * kRows) * 4;
+  static constexpr size_t ring_bytes = kv_bytes > merge_bytes ? kv_bytes : merge_bytes;
+  static constexpr size_t q_bytes = size_t(kRows) * S * 2;
+  static constexpr size_t kpos_bytes = size_t(kStages) * kTileKeys * 4;
+  static constexpr size_t slot_bytes = 2 * size_t(kSlots) * 4;
+  static constexpr size_t bytes = ring_bytes + q_bytes + kpos_bytes + slot_bytes;
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p) {
+  using L = RowMmaSmem<D>;
+  constexpr int S = L::S;
+  constexpr int KS = D / 16;  // k-steps of Q·Kᵀ over head_dim
+  constexpr int NB = D / 8;   // n-blocks of the output row
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sk = reinterpret_cast<T*>(smem);
+  T* sv = sk + kStages * L::tile;
+  T* sq = reinterpret_cast<T*>(smem + L::ring_bytes);
+  int32_t* skpos = reinterpret_cast<int32_t*>(smem + L::ring_bytes + L::q_bytes);
+  int32_t* sphys = skpos + kStages * kTileKeys;  // the chunk's slot table
+  int32_t* spos0 = sphys + kSlots;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int32_t units = p.hkv * p.chunks;
+  const int32_t r = blockIdx.x / units;
+  const int32_t unit = blockIdx.x % units;
+  const int32_t split = blockIdx.y;
+
+  int32_t tok = r;
+  if (p.q_rows) {
+    tok = __ldg(p.q_rows + r);
+    if (tok < 0 || tok >= p.n_q_tokens) {
+      if (tid == 0 && unit == 0 && split == 0) record_error(p.err, kErrQRow, r, tok, p.n_q_tokens, 0);
+      return;
+    }
+  }
+  const QueryToken qt = query_token(p, tok);
+  const int32_t kvh = unit / p.chunks;
+  const int32_t h0 = kvh * p.group + (unit % p.chunks) * p.hg;
+  const int32_t nh = min(p.hg, p.group - (unit % p.chunks) * p.hg);
+
+  // The queries' loads go out first: their latency overlaps the key list's setup below.
+  constexpr int kQChunks = kRows * (D / 8) / kThreads;
+  static_assert(kQChunks * kThreads == kRows * (D / 8), "query chunks divide among the threads");
+  uint4 qreg[kQChunks];
+  {
+    const T* qbase = static_cast<const T*>(p.q);
+#pragma unroll
+    for (int j = 0; j < kQChunks; ++j) {
+      const int i = tid + j * kThreads, row = i / (D / 8), c = i % (D / 8);
+      qreg[j] = row < nh ? __ldg(reinterpret_cast<const uint4*>(qbase + (int64_t(tok) * p.hq + h0 + row) * D) + c)
+                         : make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  KeyList keys;
+  if (p.sel_heads < 0) {
+    keys.init_dense(qt.b, qt.page_base, qt.n_pages, qt.limit);
+  } else {
+    const int64_t row = query_row(p, qt) * p.sel_h + row_head(p, h0);
+    keys.init_sparse(p, qt.b, qt.page_base, qt.n_pages, qt.limit, row);
+  }
+  int32_t n_used = p.n_splits;
+  if (p.split_min_keys > 0)
+    n_used = max(1, min(p.n_splits, ceil_div_d(keys.n_keys, p.split_min_keys)));
+  if (split >= n_used) {  // the row is short: this split holds nothing
+    if (tid < nh) p.part_lse[(int64_t(split) * p.n_work + r) * p.hq + h0 + tid] = kNegInf;
+    return;
+  }
+  const int32_t tiles_all = ceil_div_d(keys.n_keys, kTileKeys);
+  const int32_t per = ceil_div_d(tiles_all, n_used);
+  const int32_t t_begin = min(split * per, tiles_all);
+  const int32_t n_tiles = min(t_begin + per, tiles_all) - t_begin;
+
+  // Queries of the unit's heads into shared memory (rows past nh are zero), loaded above.
+#pragma unroll
+  for (int j = 0; j < kQChunks; ++j) {
+    const int i = tid + j * kThreads, row = i / (D / 8), c = i % (D / 8);
+    *reinterpret_cast<uint4*>(sq + row * S + c * 8) = qreg[j];
+  }
+  __syncthreads();  // sq
+  uint32_t qf[KS][4];
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) ldmatrix_x4(qf[kk], sq + (lane & 15) * S + kk * 16 + (lane >> 4) * 8);
+
+  float o[NB][4];
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[nb][e] = 0.f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};  // rows g and g + 8
+  const int key0 = warp * 16;                           // this warp's keys in every tile
+
+  // The split's tiles, a slot-table chunk at a time; each chunk runs the cp.async ring from empty.
+  for (int32_t c0 = t_begin; c0 < t_begin + n_tiles;) {
+    const SlotChunk ch = slot_chunk(p, keys, c0, t_begin + n_tiles);
+    c0 = ch.t1;
+    __syncthreads();  // the previous chunk's tiles and slot table are no longer read
+    fill_slots<kThreads>(p, keys, ch, sphys, spos0);
+    __syncthreads();
+    const int nt = ch.t1 - ch.t0;
+    auto load = [&](int i, int st) {
+      load_kv_tile<T, D, kThreads>(p, keys, ch, sphys, spos0, kvh, (ch.t0 + i) * kTileKeys, sk + st * L::tile,
+                                   sv + st * L::tile, skpos + st * kTileKeys);
+    };
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      if (st < nt) load(st, st);
+      cp_async_commit();  // an empty group keeps the wait counts uniform
+    }
+    for (int it = 0; it < nt; ++it) {
+      cp_async_wait<kStages - 2>();  // this thread's copies of tile `it` landed
+      __syncthreads();               // everyone's did, and tile it - 1's stage is free again
+      {
+        const int nx = it + kStages - 1;
+        if (nx < nt) load(nx, nx % kStages);
+        cp_async_commit();
+      }
+      const int st = it % kStages;
+      const T* tk = sk + st * L::tile;
+      const T* tv = sv + st * L::tile;
+      const int32_t* kp = skpos + st * kTileKeys;
+
+      // S = Q·Kᵀ for the warp's 16 keys: two n-blocks of 8 keys.
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        uint32_t b[4];
+        ldmatrix_x4(b, tk + (key0 + (lane & 7) + (lane >> 4) * 8) * S + kk * 16 + ((lane >> 3) & 1) * 8);
+        mma16816<T>(s[0], qf[kk], b[0], b[1]);
+        mma16816<T>(s[1], qf[kk], b[2], b[3]);
+      }
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool valid = kp[key0 + nb * 8 + 2 * t + (e & 1)] != INT32_MAX;
+          s[nb][e] = valid ? s[nb][e] * p.scale_log2 : kNegInf;
+        }
+
+      // Online softmax (log2 domain) of rows g (hf 0) and g + 8 (hf 1); a row's 16 scores sit in
+      // the 4 lanes of its quad.
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float mx = fmaxf(fmaxf(s[0][2 * hf], s[0][2 * hf + 1]), fmaxf(s[1][2 * hf], s[1][2 * hf + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[hf], mx);
+        const float m_use = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0, no NaN
+        const float alpha = exp2f(m[hf] - m_use);
+        m[hf] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+          for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+            s[nb][e] = exp2f(s[nb][e] - m_use);
+            sum += s[nb][e];
+          }
+        l[hf] = l[hf] * alpha + sum;
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          o[nb][2 * hf] *= alpha;
+          o[nb][2 * hf + 1] *= alpha;
+        }
+      }
+
+      // O += P·V: P (16 rows x 16 keys) is the A operand straight from the score registers.
+      uint32_t a[4];
+      a[0] = pack2<T>(s[0][0], s[0][1]);
+      a[1] = pack2<T>(s[0][2], s[0][3]);
+      a[2] = pack2<T>(s[1][0], s[1][1]);
+      a[3] = pack2<T>(s[1][2], s[1][3]);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, tv + (key0 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + np * 16 + (lane >> 4) * 8);
+        mma16816<T>(o[2 * np], a, b[0], b[1]);
+        mma16816<T>(o[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  // Merge the warps: partial states to shared memory (over the K/V ring), then per element.
+  cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 1);
+    l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 2);
+  }
+  float* so = reinterpret_cast<float*>(smem);  // [warps][rows][D]
+  float* sm = so + kWarps * kRows * D;         // [warps][rows]
+  float* sl = sm + kWarps * kRows;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      so[(warp * kRows + g + 8 * (e >> 1)) * D + nb * 8 + 2 * t + (e & 1)] = o[nb][e];
+  if (t == 0) {
+    sm[warp * kRows + g] = m[0];
+    sm[warp * kRows + g + 8] = m[1];
+    sl[warp * kRows + g] = l[0];
+    sl[warp * kRows + g + 8] = l[1];
+  }
+  __syncthreads();
+
+  for (int i = tid; i < nh * D; i += kThreads) {
+    const int row = i / D, d = i % D;
+    float mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm[w * kRows + row]);
+    float Lsum = 0.f, O = 0.f;
+    if (mx != kNegInf) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float wt = exp2f(sm[w * kRows + row] - mx);
+        Lsum = fmaf(sl[w * kRows + row], wt, Lsum);
+        O = fmaf(so[(w * kRows + row) * D + d], wt, O);
+      }
+    }
+    const int32_t h = h0 + row;
+    const float out = Lsum > 0.f ? O / Lsum : 0.f;  // a row that attended nothing outputs 0
+    const float lse = Lsum > 0.f ? (mx + log2f(Lsum)) * kLn2 : kNegInf;
+    if (p.n_splits == 1) {
+      store_elem(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + d, out);
+      if (d == 0) {
+        if (p.lse) p.lse[int64_t(tok) * p.hq + h] = lse;
+        if (p.lse_all) p.lse_all[int64_t(tok) * p.hq + h] = lse;
+      }
+    } else {
+      const int64_t slot = (int64_t(split) * p.n_work + r) * p.hq + h;
+      p.part_o[slot * D + d] = out;
+      if (d == 0) p.part_lse[slot] = lse;
+    }
+  }
+}
+
+template <class T, int D>
+cudaError_t launch_d(const AttnParams& p, cudaStream_t stream) {
+  constexpr size_t smem = RowMmaSmem<D>::bytes;
+  static unsigned long long smem_set = 0;  // devices whose limit is raised
+  if (cudaError_t e = allow_dynamic_smem(row_mma_kernel<T, D>, smem, smem_set); e != cudaSuccess) return e;
+  const dim3 grid(unsigned(p.n_work) * unsigned(p.hkv * p.chunks), unsigned(p.n_splits));
+  row_mma_kernel<T, D><<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_t(const AttnParams& p, cudaStream_t stream) {
+  switch (p.d) {
+    case 64: return launch_d<T, 64>(p, stream);
+    case 128: return launch_d<T, 128>(p, stream);
+    default: return cudaErrorInvalidValue;  // the host plans this kernel for 64 and 128 only
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_row_attention_mma(const AttnParams& p, int kv_dt, cudaStream_t stream) {
+  if (p.hg > kRows) return cudaErrorInvalidConfiguration;
+  switch (kv_dt) {
+    case kDtF16: return launch_t<__half>(p, stream);
+    case kDtBF16: return launch_t<__nv_bfloat16>(p, stream);
+    default: return cudaErrorInvalidValue;  // f32 storage takes the FMA row kernel
+  }
+}
+
+}  // namespace sieve::kernels::cuda

@@ -1,0 +1,316 @@
+// The tensor-core prefill kernel: causal flash attention over the paged cache, dense or
+// block-sparse (BSR: query block x key block), when q and K/V share a 16-bit dtype; mma.sync
+// m16n8k16 with f32 accumulation (FlashAttention-2's structure).
+//
+// Grid (query tile, head unit, sequence), as the FMA prefill kernel (attention_prefill.cu), with
+// the longest tiles (latest query tokens) first. A CTA owns 128 rows = query tokens x the unit's
+// heads (GQA packing: a group's heads share every K/V tile), taken from one selection query block
+// so the whole tile reads one selection row; each of its 4 warps owns 32 rows (two m16 tiles).
+// The CTA walks its key list (mma::KeyList: keys 0 .. the causal limit, or the selected pages
+// packed into full tiles, so block-sparse work costs in proportion to the tiles kept) in tiles of
+// 64 keys, double-buffered with cp.async, each key's page found in a per-chunk slot table. Per tile,
+// in two halves of 32 keys: S = Q·Kᵀ (ldmatrix'd Q and K), masked only in tiles that reach past a
+// row's position or hold an invalid key, online softmax in registers, then O += P·V with P straight
+// from the score registers and V through ldmatrix.trans. head_dim 128 uses all 255 registers (the
+// 128 f32 output accumulators per thread); ptxas reports a small spill (32 B stores).
+#include "attention_mma.cuh"
+
+namespace sieve::kernels::cuda {
+namespace {
+
+using namespace mma;
+
+constexpr int kRows = kMmaPrefillRows;  // rows (token, head) per CTA
+constexpr int kMT = 2;      // m16 tiles per warp
+constexpr int kHalfKeys = kTileKeys / 2;  // keys per softmax step
+constexpr int kHB = kHalfKeys / 8;         // n-blocks of 8 keys in a step
+static_assert(kMT * 16 * (kThreads / 32) == kRows, "the warps' m16 tiles cover the CTA's rows");
+
+template <int D>
+struct PrefillMmaSmem {
+  static constexpr int S = smem_stride<D>();
+  static constexpr int tile = kTileKeys * S;
+  static constexpr size_t q_bytes = size_t(kRows) * S * 2;
+  static constexpr size_t kv_bytes = 2 * 2 * size_t(tile) * 2;  // K and V, two stages
+  static constexpr size_t kpos_bytes = 2 * kTileKeys * 4;
+  static constexpr size_t slot_bytes = 2 * size_t(kSlots) * 4;
+  static constexpr size_t bytes = q_bytes + kv_bytes + kpos_bytes + slot_bytes;
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnParams p, int32_t tile_tokens) {
+  using L = PrefillMmaSmem<D>;
+  constexpr int S = L::S;
+  constexpr int KS = D / 16;
+  constexpr int NB = D / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sq = reinterpret_cast<T*>(smem);
+  T* sk = reinterpret_cast<T*>(smem + L::q_bytes);
+  T* sv = sk + 2 * L::tile;
+  int32_t* skpos = reinterpret_cast<int32_t*>(smem + L::q_bytes + L::kv_bytes);
+  int32_t* sphys = skpos + 2 * kTileKeys;  // the chunk's slot table
+  int32_t* spos0 = sphys + kSlots;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int32_t b = blockIdx.z;
+  const int32_t unit = blockIdx.y;
+  const int32_t kvh = unit / p.chunks;
+  const int32_t h0 = kvh * p.group + (unit % p.chunks) * p.hg;
+  const int32_t nh = min(p.hg, p.group - (unit % p.chunks) * p.hg);
+
+  // This tile's query tokens [q0, q1) of the sequence, inside one selection query block.
+  const int32_t qo0 = __ldg(p.qo_indptr + b);
+  const int32_t n_q = __ldg(p.qo_indptr + b + 1) - qo0;
+  const int32_t qb = p.sel_heads < 0 ? max(n_q, 1) : p.q_block;
+  const int32_t tiles_per_block = ceil_div_d(qb, tile_tokens);
+  const int32_t tile = int32_t(gridDim.x) - 1 - int32_t(blockIdx.x);  // longest first
+  const int32_t qblock = tile / tiles_per_block;
+  const int32_t q0 = qblock * qb + (tile % tiles_per_block) * tile_tokens;
+  const int32_t q1 = min(min(q0 + tile_tokens, (qblock + 1) * qb), n_q);
+  if (q0 >= q1) return;
+
+  const int32_t page_base = __ldg(p.kv_indptr + b);
+  const int32_t n_pages = __ldg(p.kv_indptr + b + 1) - page_base;
+  const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + __ldg(p.kv_last + b) : 0;
+  const int32_t first_pos = kv_len - n_q;  // position of query token 0 of the sequence
+  const int32_t n_rows = (q1 - q0) * nh;
+  const int32_t min_pos = first_pos + q0;
+  const int32_t limit = min(first_pos + q1, kv_len);
+
+  KeyList keys;
+  if (p.sel_heads < 0) {
+    keys.init_dense(b, page_base, n_pages, limit);
+  } else {
+    QueryToken qt;
+    qt.tok = qo0 + q0;
+    qt.b = b;
+    qt.local = q0;
+    const int64_t row = query_row(p, qt) * p.sel_h + row_head(p, h0);
+    keys.init_sparse(p, b, page_base, n_pages, limit, row);
+  }
+  const int32_t n_tiles = ceil_div_d(keys.n_keys, kTileKeys);
+
+  // Q tile (row = token * nh + head), asynchronously with the first K/V tile.
+  {
+    constexpr int CPR = D / 8;
+    const T* qbase = static_cast<const T*>(p.q);
+    for (int i = tid; i < kRows * CPR; i += kThreads) {
+      const int row = i / CPR, c = i % CPR;
+      const bool ok = row < n_rows;
+      const int64_t src = ok ? (int64_t(qo0 + q0 + row / nh) * p.hq + h0 + row % nh) * D + c * 8 : 0;
+      cp_async16(sq + row * S + c * 8, qbase + src, ok ? 16 : 0);
+    }
+  }
+  // A thread's rows of the tile in flight need masking: a key past the causal diagonal of the
+  // tile's first token, or an invalid key; the CTA-wide OR comes with the next barrier.
+  // At head_dim 128 the loader runs rolled: unrolled, its address arithmetic next to the 128
+  // output registers spills (ptxas -v).
+  constexpr int kLoadUnroll = D >= 128 ? 1 : kTileKeys;
+  SlotChunk ch{};
+  auto load = [&](int32_t i, int st) -> bool {
+    return load_kv_tile<T, D, kThreads, kLoadUnroll>(p, keys, ch, sphys, spos0, kvh, i * kTileKeys,
+                                                     sk + st * L::tile, sv + st * L::tile,
+                                                     skpos + st * kTileKeys) > min_pos;
+  };
+
+  // Positions of this lane's rows: warp rows 32 * warp + 16 * mt + 8 * hf + g.
+  int32_t qpos[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) qpos[mt][hf] = min_pos + (warp * 32 + mt * 16 + hf * 8 + g) / nh;
+
+  float o[kMT][NB][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][nb][e] = 0.f;
+  float m[kMT][2], l[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    m[mt][0] = m[mt][1] = kNegInf;
+    l[mt][0] = l[mt][1] = 0.f;
+  }
+
+  // The key list a slot-table chunk at a time; each chunk runs the double buffer from empty.
+  for (int32_t c0 = 0; c0 < n_tiles;) {
+    ch = slot_chunk(p, keys, c0, n_tiles);
+    c0 = ch.t1;
+    __syncthreads();  // the previous chunk's tiles and slot table are no longer read
+    fill_slots<kThreads>(p, keys, ch, sphys, spos0);
+    __syncthreads();
+    bool need_next = load(ch.t0, 0);
+    cp_async_commit();  // with the Q tile in the first chunk
+    for (int it = 0; it < ch.t1 - ch.t0; ++it) {
+      cp_async_wait<0>();
+      const bool need_mask = __syncthreads_or(need_next);  // tile `it` landed; tile it - 1 is done
+      if (ch.t0 + it + 1 < ch.t1) need_next = load(ch.t0 + it + 1, (it + 1) & 1);
+      cp_async_commit();
+      const int st = it & 1;
+      const T* tk = sk + st * L::tile;
+      const T* tv = sv + st * L::tile;
+      const int32_t* kp = skpos + st * kTileKeys;
+
+      // Two halves of 32 keys, each a full online-softmax step: the scores of a whole 64-key tile
+      // next to the 128 output registers would not fit in 255 registers without spilling.
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+        const int c0 = half * kHalfKeys;  // first key column of this half
+        float s[kMT][kHB][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nb = 0; nb < kHB; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nb][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+          uint32_t qa[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+            ldmatrix_x4(qa[mt], sq + (warp * 32 + mt * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+          for (int np = 0; np < kHB / 2; ++np) {
+            uint32_t kb[4];
+            ldmatrix_x4(kb, tk + (c0 + np * 16 + (lane & 7) + (lane >> 4) * 8) * S + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
+              mma16816<T>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+            }
+          }
+        }
+
+        if (need_mask) {
+#pragma unroll
+          for (int nb = 0; nb < kHB; ++nb)
+#pragma unroll
+            for (int e1 = 0; e1 < 2; ++e1) {
+              const int32_t kpos = kp[c0 + nb * 8 + 2 * t + e1];  // INT32_MAX when invalid
+#pragma unroll
+              for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+                  if (kpos > qpos[mt][hf]) s[mt][nb][2 * hf + e1] = kNegInf;
+            }
+        }
+
+        uint32_t pa[kMT][kHB / 2][4];  // P as the A operand of P·V, per 16-key step
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            float mx = kNegInf;
+#pragma unroll
+            for (int nb = 0; nb < kHB; ++nb) {
+              s[mt][nb][2 * hf] *= p.scale_log2;
+              s[mt][nb][2 * hf + 1] *= p.scale_log2;
+              mx = fmaxf(mx, fmaxf(s[mt][nb][2 * hf], s[mt][nb][2 * hf + 1]));
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[mt][hf], mx);
+            const float m_use = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0
+            const float alpha = exp2f(m[mt][hf] - m_use);
+            m[mt][hf] = m_new;
+            float sum = 0.f;
+#pragma unroll
+            for (int nb = 0; nb < kHB; ++nb)
+#pragma unroll
+              for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+                s[mt][nb][e] = exp2f(s[mt][nb][e] - m_use);
+                sum += s[mt][nb][e];
+              }
+            l[mt][hf] = l[mt][hf] * alpha + sum;  // this lane's columns; the quad is summed at the end
+#pragma unroll
+            for (int nb = 0; nb < NB; ++nb) {
+              o[mt][nb][2 * hf] *= alpha;
+              o[mt][nb][2 * hf + 1] *= alpha;
+            }
+          }
+#pragma unroll
+          for (int ks = 0; ks < kHB / 2; ++ks) {
+            pa[mt][ks][0] = pack2<T>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+            pa[mt][ks][1] = pack2<T>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+            pa[mt][ks][2] = pack2<T>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+            pa[mt][ks][3] = pack2<T>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+          }
+        }
+
+        // O += P·V, 16 keys per step.
+#pragma unroll
+        for (int ks = 0; ks < kHB / 2; ++ks) {
+#pragma unroll
+          for (int np = 0; np < D / 16; ++np) {
+            uint32_t vb[4];
+            ldmatrix_x4_trans(vb, tv + (c0 + ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + np * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma16816<T>(o[mt][2 * np], pa[mt][ks], vb[0], vb[1]);
+              mma16816<T>(o[mt][2 * np + 1], pa[mt][ks], vb[2], vb[3]);
+            }
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();  // nothing may be in flight into shared memory when the CTA exits (Q alone
+                       // when the key list is empty)
+
+  // Finalise: the quad's row sums, normalise, store.
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float lt = l[mt][hf];
+      lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+      lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+      const int row = warp * 32 + mt * 16 + hf * 8 + g;
+      if (row >= n_rows) continue;
+      const int32_t tok = qo0 + q0 + row / nh;
+      const int32_t h = h0 + row % nh;
+      const float inv = lt > 0.f ? 1.f / lt : 0.f;  // a row that attended nothing outputs 0
+      const int64_t base = (int64_t(tok) * p.hq + h) * D + 2 * t;
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+        store_pair<T>(p, base + nb * 8, o[mt][nb][2 * hf] * inv, o[mt][nb][2 * hf + 1] * inv);
+      if (t == 0 && p.lse)
+        p.lse[int64_t(tok) * p.hq + h] = lt > 0.f ? (m[mt][hf] + log2f(lt)) * kLn2 : kNegInf;
+    }
+}
+
+template <class T, int D>
+cudaError_t launch_d(const AttnParams& p, int32_t max_tiles, int32_t tile_tokens, cudaStream_t stream) {
+  constexpr size_t smem = PrefillMmaSmem<D>::bytes;
+  static unsigned long long smem_set = 0;  // devices whose limit is raised
+  if (cudaError_t e = allow_dynamic_smem(prefill_mma_kernel<T, D>, smem, smem_set); e != cudaSuccess) return e;
+  const dim3 grid(unsigned(max_tiles), unsigned(p.hkv * p.chunks), unsigned(p.batch));
+  prefill_mma_kernel<T, D><<<grid, kThreads, smem, stream>>>(p, tile_tokens);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_t(const AttnParams& p, int32_t max_tiles, int32_t tile_tokens, cudaStream_t stream) {
+  switch (p.d) {
+    case 64: return launch_d<T, 64>(p, max_tiles, tile_tokens, stream);
+    case 128: return launch_d<T, 128>(p, max_tiles, tile_tokens, stream);
+    default: return cudaErrorInvalidValue;  // the host plans this kernel for 64 and 128 only
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_prefill_attention_mma(const AttnParams& p, int kv_dt, int32_t max_tiles,
+                                         int32_t tile_tokens, cudaStream_t stream) {
+  if (tile_tokens < 1 || tile_tokens * p.hg > kRows) return cudaErrorInvalidConfiguration;
+  switch (kv_dt) {
+    case kDtF16: return launch_t<__half>(p, max_tiles, tile_tokens, stream);
+    case kDtBF16: return launch_t<__nv_bfloat16>(p, max_tiles, tile_tokens, stream);
+    default: return cudaErrorInvalidValue;  // f32 storage takes the FMA prefill kernel
+  }
+}
+
+}  // namespace sieve::kernels::cuda

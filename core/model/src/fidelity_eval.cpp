@@ -1,0 +1,345 @@
+#include "sieve/model/fidelity_eval.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+#include "sieve/kernels/attention_args.hpp"
+#include "sieve/reference/attention_ref.hpp"
+#include "sieve/reference/fidelity.hpp"
+#include "sieve/util/error.hpp"
+
+namespace sieve::model {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+double since(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
+
+// Greedy (or teacher-forced) generation of exactly `steps` positions per prompt, all prompts
+// as one batch. logits[b][i] are the next-token logits at position i (after the prefill for i = 0,
+// after feeding token i-1 otherwise); tokens[b][i] their argmax. With `forced`, token i-1 fed is
+// forced[b][i-1] instead of the model's own.
+struct GreedyRun {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<std::vector<float>>> logits;  // only when keep_logits
+  uint64_t kv_bytes = 0;
+  double seconds = 0;
+};
+
+GreedyRun run_greedy(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int32_t steps,
+                     const std::vector<std::vector<int32_t>>* forced, bool keep_logits,
+                     const std::function<void(Engine&, const std::vector<int32_t>&)>& before_remove) {
+  const size_t B = prompts.size();
+  const int32_t V = engine.config().vocab_size;
+  GreedyRun r;
+  r.tokens.assign(B, {});
+  if (keep_logits) r.logits.assign(B, {});
+  std::vector<int32_t> ids;
+  for (size_t b = 0; b < B; ++b) ids.push_back(engine.add_sequence());
+  struct Remove {
+    Engine& e;
+    std::vector<int32_t>& ids;
+    ~Remove() {
+      for (int32_t id : ids) try {
+          e.remove_sequence(id);
+        } catch (...) {
+        }
+    }
+  } remove{engine, ids};
+  std::vector<float> logits;
+  auto t0 = clock::now();
+  auto take = [&]() {
+    for (size_t b = 0; b < B; ++b) {
+      std::span<const float> row(logits.data() + b * size_t(V), size_t(V));
+      r.tokens[b].push_back(int32_t(std::max_element(row.begin(), row.end()) - row.begin()));
+      if (keep_logits) r.logits[b].emplace_back(row.begin(), row.end());
+    }
+  };
+  engine.prefill(ids, prompts, &logits);
+  take();
+  std::vector<int32_t> feed(B);
+  for (int32_t i = 1; i < steps; ++i) {
+    for (size_t b = 0; b < B; ++b) feed[b] = forced ? (*forced)[b][size_t(i) - 1] : r.tokens[b][size_t(i) - 1];
+    engine.decode(ids, feed, &logits);
+    take();
+  }
+  r.seconds = since(t0);
+  r.kv_bytes = engine.kv_bytes();
+  if (before_remove) before_remove(engine, ids);
+  return r;
+}
+
+// A host copy of one layer's resident cache (the store's view), for the reference.
+struct HostView {
+  HostTensor k, v, indptr, indices, last;
+  sieve_paged_kv view{};
+};
+
+void copy_to_host(runtime::HostServices& s, void* dst, const DLTensor& src, size_t bytes) {
+  std::string err;
+  require(s.copy(dst, kCpu, data_ptr<void>(src), src.device, bytes, &err), SIEVE_ERR_DEVICE, err);
+}
+
+void host_view(const LayerProbe& p, HostView* h) {
+  sieve_paged_kv view{};
+  if (sieve_status st = p.kv_api->view(p.kv, p.layer, p.seq_ids, p.batch, &view); st != SIEVE_OK)
+    fail(st, "eval: KV view of layer " + std::to_string(p.layer) + ": " + p.kv_api->last_error(p.kv));
+  const std::vector<int64_t> pool(view.k_pages.shape, view.k_pages.shape + 4);
+  h->k = HostTensor(pool, view.k_pages.dtype);
+  h->v = HostTensor(pool, view.v_pages.dtype);
+  const int64_t nnz = view.indptr_host[p.batch];
+  h->indices = HostTensor({std::max<int64_t>(nnz, 1)}, kI32);
+  h->indptr = HostTensor({p.batch + 1}, kI32);
+  h->last = HostTensor({p.batch}, kI32);
+  copy_to_host(*p.services, h->k.dl().data, view.k_pages, h->k.nbytes());
+  copy_to_host(*p.services, h->v.dl().data, view.v_pages, h->v.nbytes());
+  if (nnz > 0) copy_to_host(*p.services, h->indices.dl().data, view.indices, size_t(nnz) * 4);
+  std::memcpy(h->indptr.data<int32_t>(), view.indptr_host, size_t(p.batch + 1) * 4);
+  std::memcpy(h->last.data<int32_t>(), view.last_page_len_host, size_t(p.batch) * 4);
+  h->indices.dl().shape[0] = nnz;
+  h->view = view;
+  h->view.k_pages = h->k.dl();
+  h->view.v_pages = h->v.dl();
+  h->view.indptr = h->indptr.dl();
+  h->view.indices = h->indices.dl();
+  h->view.last_page_len = h->last.dl();
+  h->view.indptr_host = h->indptr.data<int32_t>();
+  h->view.last_page_len_host = h->last.data<int32_t>();
+  h->view.k_pre_rope_pages = DLTensor{};
+}
+
+// One layer call measured against the f64 dense reference on the same inputs.
+void measure(const LayerProbe& p, const ModelConfig& c, AttentionFidelity* acc) {
+  const int32_t n = p.qo_indptr_host[p.batch];
+  if (n == 0) return;
+  const int32_t hq = c.n_heads, hkv = c.n_kv_heads, hd = c.head_dim();
+  HostTensor q({n, hq, hd}, kF32), out({n, hq, hd}, kF32), qo({p.batch + 1}, kI32);
+  copy_to_host(*p.services, q.dl().data, *p.q, q.nbytes());
+  copy_to_host(*p.services, out.dl().data, *p.out, out.nbytes());
+  std::memcpy(qo.data<int32_t>(), p.qo_indptr_host, size_t(p.batch + 1) * 4);
+  HostView hv;
+  host_view(p, &hv);
+
+  const runtime::SelectionSnapshot& snap = p.runner->selection_used(p.layer);
+  HostTensor sip({std::max<int64_t>(int64_t(snap.indptr.size()), 1)}, kI32),
+      sind({std::max<int64_t>(int64_t(snap.indices.size()), 1)}, kI32);
+  std::copy(snap.indptr.begin(), snap.indptr.end(), sip.data<int32_t>());
+  std::copy(snap.indices.begin(), snap.indices.end(), sind.data<int32_t>());
+  sieve_selection sel{};
+  sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
+  sel.kind = snap.kind;
+  sel.heads = snap.heads;
+  sel.q_block = snap.q_block;
+  sel.k_block_pages = snap.k_block_pages;
+  sel.n_rows = snap.n_rows;
+  sel.indptr = sip.dl();
+  sel.indices = sind.dl();
+  sel.capacity = int64_t(snap.indices.size());
+
+  sieve_attention_args args = kernels::make_attention_args(p.phase, hq, hkv, hd, &q.dl(), &out.dl(), &qo.dl(),
+                                                           qo.data<int32_t>(), &hv.view);
+  args.selection = snap.kind == SIEVE_SEL_ALL ? nullptr : &sel;
+  sieve_attention_args dense_args = args;
+  dense_args.selection = nullptr;
+
+  reference::RefOptions ro;
+  ro.ignore_selection = true;
+  ro.keep_probs = true;
+  const reference::RefAttention ref = reference::attend_reference(args, ro);
+  const float* o = out.data<float>();
+  for (size_t i = 0; i < ref.out.size(); ++i) {
+    const double d = double(o[i]) - ref.out[i];
+    acc->err_sq += d * d;
+    acc->ref_sq += ref.out[i] * ref.out[i];
+  }
+  // The mean recall is the reference's own definition; the worst row and the attended fraction
+  // come from the same dense probabilities and the selection's mask.
+  acc->recall_sum += reference::attention_recall(args) * double(int64_t(n) * hq);
+  for (int32_t t = 0; t < n; ++t)
+    for (int32_t h = 0; h < hq; ++h) {
+      const auto probs = ref.prob_row(t, h);
+      const std::vector<uint8_t> sel_mask = reference::attended_keys(args, t, h);
+      const std::vector<uint8_t> causal = reference::attended_keys(dense_args, t, h);
+      double mass = 0, total = 0;
+      int64_t attended = 0, keys = 0;
+      for (size_t j = 0; j < probs.size(); ++j) {
+        total += probs[j];
+        if (sel_mask[j]) mass += probs[j], ++attended;
+        keys += causal[j];
+      }
+      acc->min_recall = std::min(acc->min_recall, total > 0 ? mass / total : 1.0);
+      acc->attended_sum += keys ? double(attended) / double(keys) : 1.0;
+      ++acc->rows;
+    }
+}
+
+void finish(AttentionFidelity* a) {
+  if (a->rows > 0) {
+    a->recall = a->recall_sum / double(a->rows);
+    a->attended = a->attended_sum / double(a->rows);
+  }
+  a->out_rel_err = a->ref_sq > 0 ? std::sqrt(a->err_sq / a->ref_sq) : std::sqrt(a->err_sq);
+}
+
+void merge(AttentionFidelity* into, const AttentionFidelity& a) {
+  into->rows += a.rows;
+  into->recall_sum += a.recall_sum;
+  into->attended_sum += a.attended_sum;
+  into->err_sq += a.err_sq;
+  into->ref_sq += a.ref_sq;
+  into->min_recall = std::min(into->min_recall, a.min_recall);
+}
+
+}  // namespace
+
+runtime::ChainSpec parse_chain_argument(const std::string& text) {
+  runtime::ChainSpec spec;
+  std::string error;
+  const size_t eq = text.find('='), paren = text.find('(');
+  const bool bare = eq == std::string::npos || (paren != std::string::npos && eq > paren);
+  if (!runtime::parse_chain_spec(bare ? "*=" + text : text, &spec, &error))
+    fail(SIEVE_ERR_INVALID_ARGUMENT, error);
+  return spec;
+}
+
+runtime::ResolvedChains resolve_for_model(const runtime::ChainSpec& spec, const runtime::Registry& registry,
+                                          const ModelConfig& config, const EngineOptions& options) {
+  runtime::ResolvedChains chains;
+  std::vector<std::string> errors;
+  if (!runtime::resolve_chains(spec, registry, Engine::geometry_for(config, options), &chains, &errors)) {
+    std::string all;
+    for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e;
+    fail(SIEVE_ERR_INVALID_ARGUMENT, all);
+  }
+  return chains;
+}
+
+double kl_divergence(std::span<const float> p_logits, std::span<const float> q_logits) {
+  auto log_softmax = [](std::span<const float> x) {
+    const double mx = *std::max_element(x.begin(), x.end());
+    double sum = 0;
+    for (float v : x) sum += std::exp(double(v) - mx);
+    const double lse = mx + std::log(sum);
+    std::vector<double> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = double(x[i]) - lse;
+    return out;
+  };
+  const std::vector<double> lp = log_softmax(p_logits), lq = log_softmax(q_logits);
+  double kl = 0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return std::max(kl, 0.0);  // rounding can leave -1e-17 for identical inputs
+}
+
+EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std::vector<int32_t>>& prompts,
+                             const runtime::ChainSpec& chain, const runtime::Registry& registry,
+                             const EvalOptions& options) {
+  require(!prompts.empty(), SIEVE_ERR_INVALID_ARGUMENT, "eval: no prompt");
+  require(options.steps >= 1, SIEVE_ERR_INVALID_ARGUMENT, "eval: steps must be >= 1");
+  const ModelConfig& c = weights.config;
+  EngineOptions eo = options.engine;
+  eo.max_batch = int32_t(prompts.size());
+  const int32_t max_len = eo.max_seq_len > 0 ? eo.max_seq_len : c.seq_len;
+  for (const auto& p : prompts) {
+    require(!p.empty(), SIEVE_ERR_INVALID_ARGUMENT, "eval: an empty prompt");
+    require(int64_t(p.size()) + options.steps - 1 <= max_len, SIEVE_ERR_INVALID_ARGUMENT,
+            "eval: a prompt of " + std::to_string(p.size()) + " tokens + " + std::to_string(options.steps) +
+                " steps exceeds the model's " + std::to_string(max_len) + " positions");
+  }
+  const size_t B = prompts.size();
+  const int32_t N = options.steps;
+
+  EvalReport rep;
+  rep.chain = runtime::to_string(chain);
+  rep.device = device_name(eo.device);
+  rep.prompts = int32_t(B);
+  rep.steps = N;
+  rep.prompt_tokens = prompts;
+
+  // 1. Dense: no chain, the core's dense kernel everywhere.
+  GreedyRun dense;
+  {
+    Engine engine(weights, eo, resolve_for_model(runtime::ChainSpec{}, registry, c, eo));
+    // Untimed warm-up (thread pools, first-touch pages, CUDA context), so the dense and the chain
+    // timings below both run warm.
+    run_greedy(engine, prompts, std::min(N, 4), nullptr, false, nullptr);
+    dense = run_greedy(engine, prompts, N, nullptr, true, nullptr);
+  }
+  rep.dense_tokens = dense.tokens;
+  rep.kv_bytes_dense = dense.kv_bytes;
+  rep.dense_seconds = dense.seconds;
+
+  // 2. The chain, teacher-forced on the dense tokens, every attention call measured.
+  std::vector<LayerFidelity> layers(size_t(c.n_layers));
+  for (int32_t L = 0; L < c.n_layers; ++L) layers[size_t(L)].layer = L;
+  {
+    EngineOptions mo = eo;
+    mo.record_selections = true;
+    Engine engine(weights, mo, resolve_for_model(chain, registry, c, mo));
+    engine.set_probe([&](const LayerProbe& p) {
+      LayerFidelity& lf = layers[size_t(p.layer)];
+      measure(p, c, p.phase == SIEVE_PHASE_PREFILL ? &lf.prefill : &lf.decode);
+    });
+    auto t0 = clock::now();
+    GreedyRun forced = run_greedy(engine, prompts, N, &dense.tokens, true, [&](Engine& e, const std::vector<int32_t>& ids) {
+      // Resident tokens per layer against tokens fed (eviction shows here).
+      int64_t fed = 0;
+      for (int32_t id : ids) fed += e.seq_len(id);
+      for (int32_t L = 0; L < c.n_layers; ++L) {
+        int64_t resident = 0;
+        for (int32_t id : ids) resident += e.resident_tokens(L, id);
+        layers[size_t(L)].resident_fraction = fed > 0 ? double(resident) / double(fed) : 1.0;
+      }
+    });
+    rep.measure_seconds = since(t0);
+    double kl_sum = 0;
+    int64_t agree = 0;
+    for (size_t b = 0; b < B; ++b)
+      for (int32_t i = 0; i < N; ++i) {
+        const auto& pd = dense.logits[b][size_t(i)];
+        const auto& pc = forced.logits[b][size_t(i)];
+        const double kl = kl_divergence(pd, pc);
+        kl_sum += kl;
+        rep.kl_max = std::max(rep.kl_max, kl);
+        agree += forced.tokens[b][size_t(i)] == dense.tokens[b][size_t(i)];
+      }
+    rep.positions = int64_t(B) * N;
+    rep.kl_mean = kl_sum / double(rep.positions);
+    rep.top1_agreement = double(agree) / double(rep.positions);
+  }
+  for (auto& lf : layers) {
+    finish(&lf.prefill);
+    finish(&lf.decode);
+    merge(&rep.prefill, lf.prefill);
+    merge(&rep.decode, lf.decode);
+  }
+  finish(&rep.prefill);
+  finish(&rep.decode);
+  rep.layers = std::move(layers);
+
+  // 3. The chain, free-running.
+  {
+    Engine engine(weights, eo, resolve_for_model(chain, registry, c, eo));
+    GreedyRun free = run_greedy(engine, prompts, N, nullptr, false, nullptr);
+    rep.chain_tokens = free.tokens;
+    rep.kv_bytes_chain = free.kv_bytes;
+    rep.chain_seconds = free.seconds;
+    int64_t agree = 0;
+    for (size_t b = 0; b < B; ++b) {
+      int32_t first = -1;
+      for (int32_t i = 0; i < N; ++i) {
+        const bool same = free.tokens[b][size_t(i)] == dense.tokens[b][size_t(i)];
+        agree += same;
+        if (!same && first < 0) first = i;
+      }
+      rep.first_divergence.push_back(first);
+    }
+    rep.token_agreement = double(agree) / double(int64_t(B) * N);
+  }
+  return rep;
+}
+
+}  // namespace sieve::model
