@@ -1,3 +1,4 @@
+#include "sieve/runtime/host_copy.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 
 #include <algorithm>
@@ -74,42 +75,11 @@ GreedyRun run_greedy(Engine& engine, const std::vector<std::vector<int32_t>>& pr
 }
 
 // A host copy of one layer's resident cache (the store's view), for the reference.
-struct HostView {
-  HostTensor k, v, indptr, indices, last;
-  sieve_paged_kv view{};
-};
-
-void copy_to_host(runtime::HostServices& s, void* dst, const DLTensor& src, size_t bytes) {
-  std::string err;
-  require(s.copy(dst, kCpu, data_ptr<void>(src), src.device, bytes, &err), SIEVE_ERR_DEVICE, err);
-}
-
-void host_view(const LayerProbe& p, HostView* h) {
+void host_view(const LayerProbe& p, runtime::HostPagedView* h) {
   sieve_paged_kv view{};
   if (sieve_status st = p.kv_api->view(p.kv, p.layer, p.seq_ids, p.batch, &view); st != SIEVE_OK)
     fail(st, "eval: KV view of layer " + std::to_string(p.layer) + ": " + p.kv_api->last_error(p.kv));
-  const std::vector<int64_t> pool(view.k_pages.shape, view.k_pages.shape + 4);
-  h->k = HostTensor(pool, view.k_pages.dtype);
-  h->v = HostTensor(pool, view.v_pages.dtype);
-  const int64_t nnz = view.indptr_host[p.batch];
-  h->indices = HostTensor({std::max<int64_t>(nnz, 1)}, kI32);
-  h->indptr = HostTensor({p.batch + 1}, kI32);
-  h->last = HostTensor({p.batch}, kI32);
-  copy_to_host(*p.services, h->k.dl().data, view.k_pages, h->k.nbytes());
-  copy_to_host(*p.services, h->v.dl().data, view.v_pages, h->v.nbytes());
-  if (nnz > 0) copy_to_host(*p.services, h->indices.dl().data, view.indices, size_t(nnz) * 4);
-  std::memcpy(h->indptr.data<int32_t>(), view.indptr_host, size_t(p.batch + 1) * 4);
-  std::memcpy(h->last.data<int32_t>(), view.last_page_len_host, size_t(p.batch) * 4);
-  h->indices.dl().shape[0] = nnz;
-  h->view = view;
-  h->view.k_pages = h->k.dl();
-  h->view.v_pages = h->v.dl();
-  h->view.indptr = h->indptr.dl();
-  h->view.indices = h->indices.dl();
-  h->view.last_page_len = h->last.dl();
-  h->view.indptr_host = h->indptr.data<int32_t>();
-  h->view.last_page_len_host = h->last.data<int32_t>();
-  h->view.k_pre_rope_pages = DLTensor{};
+  runtime::copy_view_to_host(*p.services, view, h);
 }
 
 // One layer call measured against the f64 dense reference on the same inputs.
@@ -118,31 +88,17 @@ void measure(const LayerProbe& p, const ModelConfig& c, AttentionFidelity* acc) 
   if (n == 0) return;
   const int32_t hq = c.n_heads, hkv = c.n_kv_heads, hd = c.head_dim();
   HostTensor q({n, hq, hd}, kF32), out({n, hq, hd}, kF32), qo({p.batch + 1}, kI32);
-  copy_to_host(*p.services, q.dl().data, *p.q, q.nbytes());
-  copy_to_host(*p.services, out.dl().data, *p.out, out.nbytes());
+  runtime::copy_to_host(*p.services, q.dl().data, *p.q, q.nbytes());
+  runtime::copy_to_host(*p.services, out.dl().data, *p.out, out.nbytes());
   std::memcpy(qo.data<int32_t>(), p.qo_indptr_host, size_t(p.batch + 1) * 4);
-  HostView hv;
+  runtime::HostPagedView hv;
   host_view(p, &hv);
-
-  const runtime::SelectionSnapshot& snap = p.runner->selection_used(p.layer);
-  HostTensor sip({std::max<int64_t>(int64_t(snap.indptr.size()), 1)}, kI32),
-      sind({std::max<int64_t>(int64_t(snap.indices.size()), 1)}, kI32);
-  std::copy(snap.indptr.begin(), snap.indptr.end(), sip.data<int32_t>());
-  std::copy(snap.indices.begin(), snap.indices.end(), sind.data<int32_t>());
-  sieve_selection sel{};
-  sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
-  sel.kind = snap.kind;
-  sel.heads = snap.heads;
-  sel.q_block = snap.q_block;
-  sel.k_block_pages = snap.k_block_pages;
-  sel.n_rows = snap.n_rows;
-  sel.indptr = sip.dl();
-  sel.indices = sind.dl();
-  sel.capacity = int64_t(snap.indices.size());
+  runtime::HostSelection sel;
+  runtime::selection_to_host(p.runner->selection_used(p.layer), &sel);
 
   sieve_attention_args args = kernels::make_attention_args(p.phase, hq, hkv, hd, &q.dl(), &out.dl(), &qo.dl(),
                                                            qo.data<int32_t>(), &hv.view);
-  args.selection = snap.kind == SIEVE_SEL_ALL ? nullptr : &sel;
+  args.selection = sel.get();
   sieve_attention_args dense_args = args;
   dense_args.selection = nullptr;
 

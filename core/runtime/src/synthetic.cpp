@@ -11,6 +11,7 @@
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/fidelity.hpp"
 #include "sieve/reference/workload.hpp"
+#include "sieve/runtime/host_copy.hpp"
 #include "sieve/runtime/layer_runner.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/tensor.hpp"
@@ -226,47 +227,19 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     require(services.copy(out_host.dl().data, kCpu, dout.get()->data, spec.device, out_host.nbytes(), &err),
             SIEVE_ERR_DEVICE, err);
 
-    // Host copy of the store's view for the reference (the CPU store's view is already host).
+    // Host copies of the store's view and of the selection used, for the f64 reference.
     sieve_paged_kv view{};
     require(store.api->view(store.store, 0, seq_ids.data(), batch, &view) == SIEVE_OK, SIEVE_ERR_INTERNAL,
             store.api->last_error(store.store));
-    HostTensor kp(std::vector<int64_t>(view.k_pages.shape, view.k_pages.shape + 4), spec.kv_dtype);
-    HostTensor vp(kp.shape(), spec.kv_dtype);
-    HostTensor ind({view.indptr_host[batch]}, kI32), last({batch}, kI32), ip({batch + 1}, kI32);
-    require(services.copy(kp.dl().data, kCpu, data_ptr<void>(view.k_pages), spec.device, kp.nbytes(), &err) &&
-                services.copy(vp.dl().data, kCpu, data_ptr<void>(view.v_pages), spec.device, vp.nbytes(), &err) &&
-                services.copy(ind.dl().data, kCpu, data_ptr<void>(view.indices), spec.device, ind.nbytes(), &err),
-            SIEVE_ERR_DEVICE, err);
-    std::memcpy(ip.data<int32_t>(), view.indptr_host, size_t(batch + 1) * 4);
-    std::memcpy(last.data<int32_t>(), view.last_page_len_host, size_t(batch) * 4);
-    sieve_paged_kv hv = view;
-    hv.k_pages = kp.dl();
-    hv.v_pages = vp.dl();
-    hv.indptr = ip.dl();
-    hv.indices = ind.dl();
-    hv.last_page_len = last.dl();
-    hv.k_pre_rope_pages = DLTensor{};
-
-    const SelectionSnapshot& snap = runner.selection_used(0);
-    HostTensor sip({std::max<int64_t>(int64_t(snap.indptr.size()), 1)}, kI32),
-        sind({std::max<int64_t>(int64_t(snap.indices.size()), 1)}, kI32);
-    std::copy(snap.indptr.begin(), snap.indptr.end(), sip.data<int32_t>());
-    std::copy(snap.indices.begin(), snap.indices.end(), sind.data<int32_t>());
-    sieve_selection hsel{};
-    hsel.hdr = SIEVE_HEADER_INIT(sieve_selection);
-    hsel.kind = snap.kind;
-    hsel.heads = snap.heads;
-    hsel.q_block = snap.q_block;
-    hsel.k_block_pages = snap.k_block_pages;
-    hsel.n_rows = snap.n_rows;
-    hsel.indptr = sip.dl();
-    hsel.indices = sind.dl();
-    hsel.capacity = int64_t(snap.indices.size());
+    HostPagedView hv;
+    copy_view_to_host(services, view, &hv);
+    HostSelection hsel;
+    selection_to_host(runner.selection_used(0), &hsel);
 
     sieve_attention_args args =
         kernels::make_attention_args(spec.phase, spec.n_q_heads, spec.n_kv_heads, spec.head_dim, &w.q.dl(),
-                                     &out_host.dl(), &qo.dl(), qo_indptr.data(), &hv);
-    args.selection = snap.kind == SIEVE_SEL_ALL ? nullptr : &hsel;
+                                     &out_host.dl(), &qo.dl(), qo_indptr.data(), &hv.view);
+    args.selection = hsel.get();
 
     reference::RefOptions dense_opt;
     dense_opt.ignore_selection = true;
