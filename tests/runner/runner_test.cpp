@@ -207,3 +207,23 @@ TEST(LayerRunnerCuda, ChainsOnCudaMatchTheReferenceAndTheCpuSelection) {
     }
   }
 }
+
+// A plugin with CUDA kernels loaded and dropped before CUDA is initialised, then loaded again and
+// used on the GPU: crashed at the first launch until the loader pinned plugin code (loader.hpp).
+// It must be the first CUDA use of its process, as under ctest (one process per test).
+TEST(LayerRunnerCuda, APluginDroppedBeforeCudaStartsWorksWhenLoadedAgain) {
+  {  // CPU only: nothing has touched CUDA yet (not even the device count below)
+    Registry first = registry_with({SIEVE_PLUGIN_DIR});
+    SyntheticReport r;
+    std::string error;
+    ASSERT_TRUE(run_synthetic(small(SIEVE_PHASE_DECODE), chain("*=streaming(window=32)"), first, &r, &error)) << error;
+  }
+  if (cuda_devices() == 0) GTEST_SKIP() << "no CUDA device: this test runs on the GPU machine";
+  Registry again = registry_with({SIEVE_PLUGIN_DIR});
+  SyntheticSpec s = small(SIEVE_PHASE_DECODE);
+  s.device = DLDevice{kDLCUDA, 0};
+  SyntheticReport r;
+  std::string error;
+  ASSERT_TRUE(run_synthetic(s, chain("*=streaming(window=32)"), again, &r, &error)) << error;
+  EXPECT_LT(r.kernel_rel_err, 1e-5);
+}

@@ -2,6 +2,7 @@
 #include "sieve/runtime/loader.hpp"
 #include "sieve/util/status.hpp"
 
+#include <dlfcn.h>
 #include <elf.h>
 
 #include <boost/dll/shared_library.hpp>
@@ -146,6 +147,12 @@ bool open_plugin_library(const std::string& path, PluginLibrary* out, std::strin
     *error = file + ": symbol lookup failed: " + dl_reason(e);
     return false;
   }
+  // Pin the plugin's code for the life of the process (RTLD_NODELETE on the already-loaded
+  // object): a library with CUDA kernels registers its fatbinary with the CUDA runtime when it is
+  // mapped, and unloading then re-loading it (a registry destroyed and rebuilt) makes its kernels
+  // crash at launch — seen on an H200 when streaming was loaded and unloaded before CUDA was
+  // initialised. Pinned code also can never vanish under device work still in flight.
+  if (void* pin = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE)) ::dlclose(pin);
   p.lib = std::move(lib);
   *out = std::move(p);
   return true;

@@ -4,8 +4,10 @@
 // Lifetime: a LoadedPlugin shares ownership of its library (shared_ptr). The registry holds one
 // reference and drops it only in its destructor, which a host runs after it has synchronised its
 // devices and destroyed its policy instances; any object that keeps a copy of the LoadedPlugin
-// (a resolved chain, a running instance) keeps the code mapped, so a plugin is never unloaded
-// while something may still call into it.
+// (a resolved chain, a running instance) keeps the handle alive. Beyond that, a loaded plugin's
+// code is pinned (RTLD_NODELETE) for the life of the process: the CUDA runtime does not survive
+// a library with device code being unmapped and mapped again, and pinned code can never vanish
+// under device work in flight. Dropping the last handle releases the handle, not the code.
 //
 // Every failure is one line that starts with the file name and names the symbol or the version
 // involved. No exception escapes these functions.

@@ -5,7 +5,8 @@
 // same plugin); the loser is logged at info and listed in shadowed(). A plugin whose score is
 // negative is unusable on this machine: it is listed in failures() and never chosen.
 //
-// Ownership: the registry owns the loaded libraries and unloads them only in its destructor.
+// Ownership: the registry owns the loaded libraries' handles and drops them in its destructor; the
+// code itself stays mapped until the process exits (loader.hpp: plugins are pinned).
 // A host destroys its policy instances and synchronises its devices before destroying the
 // registry; resolved chains hold their own LoadedPlugin copies, which keep a library mapped.
 #pragma once
