@@ -85,6 +85,23 @@ class DeviceCall {
     download();
     return st;
   }
+  // Poisons the outputs, captures attend_cuda on `stream` into a CUDA graph (the capture fails if
+  // the call synchronises or allocates device-wide), replays it once and reads the outputs back.
+  void run_captured(cudaStream_t stream, const CudaAttentionOptions& opt, std::string* err) {
+    poison();
+    cudaGraph_t graph = nullptr;
+    SIEVE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const sieve_status st = kernels::attend_cuda(args, opt, stream, err);
+    SIEVE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    ASSERT_EQ(st, SIEVE_OK) << *err;
+    cudaGraphExec_t exec = nullptr;
+    SIEVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    SIEVE_CUDA_OK(cudaGraphLaunch(exec, stream));
+    SIEVE_CUDA_OK(cudaStreamSynchronize(stream));
+    download();
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
   void poison() {
     w_.poison_outputs();
     out_.upload(w_.out);
@@ -354,19 +371,7 @@ TEST_F(AttentionCuda, CapturesIntoACudaGraph) {
   opt.kv_splits = 5;
   std::string err;
   ASSERT_EQ(call.run(stream_, opt, &err), SIEVE_OK) << err;  // first use sets the device up
-  call.poison();
-  cudaGraph_t graph = nullptr;
-  SIEVE_CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-  const sieve_status st = kernels::attend_cuda(call.args, opt, stream_, &err);
-  SIEVE_CUDA_OK(cudaStreamEndCapture(stream_, &graph));
-  ASSERT_EQ(st, SIEVE_OK) << err;
-  cudaGraphExec_t exec = nullptr;
-  SIEVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  SIEVE_CUDA_OK(cudaGraphLaunch(exec, stream_));
-  SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
-  call.download();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  ASSERT_NO_FATAL_FAILURE(call.run_captured(stream_, opt, &err));
   expect_outputs_match(w, kTolF32);
 }
 
@@ -533,19 +538,7 @@ TEST_F(AttentionCudaTensorCores, DecodeRaggedBatchWithIdleSplits) {
 
     DeviceCall call(w);
     std::string err;
-    call.poison();
-    cudaGraph_t graph = nullptr;
-    SIEVE_CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-    const sieve_status st = kernels::attend_cuda(call.args, {}, stream_, &err);
-    SIEVE_CUDA_OK(cudaStreamEndCapture(stream_, &graph));
-    ASSERT_EQ(st, SIEVE_OK) << err;
-    cudaGraphExec_t exec = nullptr;
-    SIEVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    SIEVE_CUDA_OK(cudaGraphLaunch(exec, stream_));
-    SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
-    call.download();
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    ASSERT_NO_FATAL_FAILURE(call.run_captured(stream_, {}, &err));
     ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_OK) << err;
     expect_outputs_match(w, kTolHalf);
   }
@@ -630,19 +623,7 @@ TEST_F(AttentionCudaTensorCores, CapturesIntoACudaGraph) {
     DeviceCall call(w);
     std::string err;
     ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;  // first use sets the device up
-    call.poison();
-    cudaGraph_t graph = nullptr;
-    SIEVE_CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-    const sieve_status st = kernels::attend_cuda(call.args, {}, stream_, &err);
-    SIEVE_CUDA_OK(cudaStreamEndCapture(stream_, &graph));
-    ASSERT_EQ(st, SIEVE_OK) << err;
-    cudaGraphExec_t exec = nullptr;
-    SIEVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    SIEVE_CUDA_OK(cudaGraphLaunch(exec, stream_));
-    SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
-    call.download();
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    ASSERT_NO_FATAL_FAILURE(call.run_captured(stream_, {}, &err));
     expect_outputs_match(w, kTolHalf);
   }
 }

@@ -199,6 +199,40 @@ __device__ inline int64_t query_block_offset(const int32_t* qo, int32_t b, int32
   return s;
 }
 
+// The query heads of head unit `unit` (AttnParams::hg / chunks): [h0, h0 + nh) of KV head kvh.
+struct HeadUnit {
+  int32_t kvh, h0, nh;
+};
+__device__ inline HeadUnit head_unit(const AttnParams& p, int32_t unit) {
+  const int32_t chunk = unit % p.chunks;
+  return {unit / p.chunks, (unit / p.chunks) * p.group + chunk * p.hg, min(p.hg, p.group - chunk * p.hg)};
+}
+
+// The query token of row r of a row-kernel grid: q_rows[r] when q_rows is given. False when that
+// entry is out of range; `report` picks the one CTA that records it (kErrQRow).
+__device__ inline bool row_token(const AttnParams& p, int32_t r, bool report, int32_t* tok) {
+  *tok = r;
+  if (!p.q_rows) return true;
+  *tok = __ldg(p.q_rows + r);
+  if (*tok >= 0 && *tok < p.n_q_tokens) return true;
+  if (report) record_error(p.err, kErrQRow, r, *tok, p.n_q_tokens, 0);
+  return false;
+}
+
+// The query blocks of sequence b in a prefill grid: its first query token, query count, tokens
+// per selection query block (all of them when dense) and CTA tiles per block.
+struct PrefillBlocks {
+  int32_t qo0, n_q, qb, tiles_per_block;
+};
+__device__ inline PrefillBlocks prefill_blocks(const AttnParams& p, int32_t b, int32_t tile_tokens) {
+  PrefillBlocks r;
+  r.qo0 = __ldg(p.qo_indptr + b);
+  r.n_q = __ldg(p.qo_indptr + b + 1) - r.qo0;
+  r.qb = p.sel_heads < 0 ? max(r.n_q, 1) : p.q_block;
+  r.tiles_per_block = ceil_div_d(r.qb, tile_tokens);
+  return r;
+}
+
 // Everything about the sequence of one query token.
 struct QueryToken {
   int32_t tok;       // token index in q / out

@@ -61,18 +61,10 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
   const int32_t unit = blockIdx.x % units;
   const int32_t split = blockIdx.y;
 
-  int32_t tok = r;
-  if (p.q_rows) {
-    tok = __ldg(p.q_rows + r);
-    if (tok < 0 || tok >= p.n_q_tokens) {
-      if (tid == 0 && unit == 0 && split == 0) record_error(p.err, kErrQRow, r, tok, p.n_q_tokens, 0);
-      return;
-    }
-  }
+  int32_t tok;
+  if (!row_token(p, r, tid == 0 && unit == 0 && split == 0, &tok)) return;
   const QueryToken qt = query_token(p, tok);
-  const int32_t kvh = unit / p.chunks;
-  const int32_t h0 = kvh * p.group + (unit % p.chunks) * p.hg;
-  const int32_t nh = min(p.hg, p.group - (unit % p.chunks) * p.hg);
+  const auto [kvh, h0, nh] = head_unit(p, unit);
 
   // The queries' loads go out first: their latency overlaps the key list's setup below.
   constexpr int kQChunks = kRows * (D / 8) / kThreads;

@@ -55,15 +55,10 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
   const int g = lane >> 2, t = lane & 3;
   const int32_t b = blockIdx.z;
   const int32_t unit = blockIdx.y;
-  const int32_t kvh = unit / p.chunks;
-  const int32_t h0 = kvh * p.group + (unit % p.chunks) * p.hg;
-  const int32_t nh = min(p.hg, p.group - (unit % p.chunks) * p.hg);
+  const auto [kvh, h0, nh] = head_unit(p, unit);
 
   // This tile's query tokens [q0, q1) of the sequence, inside one selection query block.
-  const int32_t qo0 = __ldg(p.qo_indptr + b);
-  const int32_t n_q = __ldg(p.qo_indptr + b + 1) - qo0;
-  const int32_t qb = p.sel_heads < 0 ? max(n_q, 1) : p.q_block;
-  const int32_t tiles_per_block = ceil_div_d(qb, tile_tokens);
+  const auto [qo0, n_q, qb, tiles_per_block] = prefill_blocks(p, b, tile_tokens);
   const int32_t tile = int32_t(gridDim.x) - 1 - int32_t(blockIdx.x);  // longest first
   const int32_t qblock = tile / tiles_per_block;
   const int32_t q0 = qblock * qb + (tile % tiles_per_block) * tile_tokens;

@@ -41,18 +41,10 @@ __global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParam
   const int32_t unit = blockIdx.x % units;
   const int32_t split = blockIdx.y;
 
-  int32_t tok = r;
-  if (p.q_rows) {
-    tok = __ldg(p.q_rows + r);
-    if (tok < 0 || tok >= p.n_q_tokens) {
-      if (tid == 0 && unit == 0 && split == 0) record_error(p.err, kErrQRow, r, tok, p.n_q_tokens, 0);
-      return;
-    }
-  }
+  int32_t tok;
+  if (!row_token(p, r, tid == 0 && unit == 0 && split == 0, &tok)) return;
   const QueryToken qt = query_token(p, tok);
-  const int32_t kvh = unit / p.chunks;
-  const int32_t h0 = kvh * p.group + (unit % p.chunks) * p.hg;
-  const int32_t nh = min(p.hg, p.group - (unit % p.chunks) * p.hg);
+  const auto [kvh, h0, nh] = head_unit(p, unit);
 
   // Queries of the unit's heads, this lane's slice of head_dim, pre-scaled into the log2 domain.
   float q[HG][VEC];
