@@ -1,0 +1,601 @@
+#!/usr/bin/env python3
+"""Sieve's evaluation report: fidelity, memory and speed of every policy, in tables and plots.
+
+    python3 bench/report/sieve_report.py [--build build] [--out docs/report]
+                                         [--gpu-results DIR] [--profile full|quick]
+
+It runs the CPU measurements itself with the built tools (`sieve eval`, `sieve attn`, `sieve run`,
+`sieve_bench`), folds in the JSON a GPU-machine run left behind (`sieve_bench --json`: the kernel
+suite's and the policy benchmark's files, found in --gpu-results), and writes README.md plus PNG
+plots into --out. What it measures is in bench/report/report_config.json; a policy whose plugin
+is not in the build is skipped and the report says so. Every figure names the commands, the
+device and the date that produced it. `--check DIR` verifies a written report (the CI test).
+"""
+import argparse
+import datetime
+import glob
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: write PNG files only
+import matplotlib.pyplot as plt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(os.path.dirname(HERE))
+
+# Sections the README always has, in order (the CI check looks for each).
+SECTIONS = [
+    "## Decode policies on the real model",
+    "## Prefill policies on the real model",
+    "## Prefill policies on synthetic long contexts",
+    "## Memory: resident KV bytes against decode length",
+    "## Speed on the CPU",
+    "## Speed on the GPU machine",
+    "## Targets and where we fall short",
+]
+FIGURES = ["decode_fidelity.png", "prefill_real.png", "prefill_synthetic.png", "memory.png",
+           "speed_cpu.png", "speed_gpu_decode.png", "speed_gpu_prefill.png"]
+
+
+class Runner:
+    """Runs the built tools, remembering every command so each figure can name its own."""
+
+    def __init__(self, build, verbose):
+        self.build = os.path.abspath(build)
+        self.sieve = os.path.join(self.build, "bin", "sieve")
+        self.bench = os.path.join(self.build, "bin", "sieve_bench")
+        self.verbose = verbose
+        for tool in (self.sieve, self.bench):
+            if not os.access(tool, os.X_OK):
+                sys.exit(f"sieve_report: {tool} not found: build the project first (cmake --build {build})")
+
+    def run(self, args, what):
+        shown = " ".join(shlex.quote(a) for a in [os.path.relpath(args[0], SOURCE)] + args[1:])
+        if self.verbose:
+            print(f"  $ {shown}", file=sys.stderr)
+        t0 = time.time()
+        p = subprocess.run(args, capture_output=True, text=True, cwd=SOURCE)
+        if p.returncode != 0:
+            line = (p.stderr.strip() or p.stdout.strip()).splitlines()
+            raise RuntimeError(f"{what}: `{shown}` exited {p.returncode}: {line[-1] if line else ''}")
+        return p.stdout, shown, time.time() - t0
+
+    def json(self, args, what):
+        out, shown, _ = self.run(args, what)
+        return json.loads(out), shown
+
+    def plugins(self):
+        data, _ = self.json([self.sieve, "plugins", "--json"], "listing plugins")
+        return {p["name"] for p in data.get("plugins", [])}
+
+
+def fmt(x, digits=4):
+    if x is None:
+        return "–"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, int):
+        return str(x)
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
+        return f"{x:.2e}"
+    return f"{x:.{digits}f}"
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(fmt(c) for c in r) + " |")
+    return "\n".join(out)
+
+
+def caption(commands, device, date, extra=""):
+    lines = [f"*Device: {device}; date: {date}.{(' ' + extra) if extra else ''} Produced by:*", "", "```"]
+    lines += commands
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return f"CPU {line.split(':', 1)[1].strip()} ({os.cpu_count()} threads)"
+    except OSError:
+        pass
+    return f"CPU {platform.processor() or platform.machine()} ({os.cpu_count()} threads)"
+
+
+# ---- Decode fidelity on the real model ----------------------------------------------------------
+
+def decode_fidelity(r, cfg, prof, available, out_dir, notes):
+    budgets, steps = prof["budgets"], prof["decode_steps"]
+    rows, series, commands = [], {}, []
+    for pol in cfg["decode_policies"]:
+        if pol["plugin"] not in available:
+            notes.append(f"decode: `{pol['policy']}` skipped: plugin `{pol['plugin']}` is not in this build")
+            continue
+        for b in budgets:
+            chain = pol["chain"].format(B=b, W=b - 4, SOURCE=SOURCE)
+            try:
+                j, cmd = r.json([r.sieve, "eval", "--chain", chain, "--steps", str(steps), "--json"],
+                                f"decode eval of {pol['policy']}")
+            except RuntimeError as e:
+                notes.append(f"decode: `{pol['policy']}` at budget {b} failed: {e}")
+                continue
+            commands.append(cmd)
+            a, tf, fr = j["attention"]["decode"], j["teacher_forced"], j["free_running"]
+            resident = j["kv_bytes"]["chain"] / max(j["kv_bytes"]["dense"], 1)
+            rows.append([pol["policy"], b, a["recall"], a["min_recall"], a["output_rel_err"], tf["kl_mean"],
+                         tf["top1_agreement"], fr["token_agreement"], a["attended_fraction"], resident])
+            series.setdefault(pol["policy"], []).append((b, a["recall"], tf["kl_mean"], tf["top1_agreement"],
+                                                         fr["token_agreement"]))
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
+    for name, pts in series.items():
+        xs = [p[0] for p in pts]
+        for k, ax in enumerate(axes):
+            ax.plot(xs, [p[k + 1] for p in pts], marker="o", label=name)
+    for ax, t in zip(axes, ["decode attention recall", "KL(dense || policy), teacher-forced",
+                            "top-1 agreement, teacher-forced", "greedy token agreement, free-running"]):
+        ax.set_title(t, fontsize=9)
+        ax.set_xlabel("token budget")
+        ax.set_xscale("log", base=2)
+    axes[1].set_yscale("log")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "decode_fidelity.png"), dpi=110)
+    plt.close(fig)
+    table = md_table(["policy", "budget", "recall", "min recall", "out rel err", "KL mean", "top-1", "greedy agr.",
+                      "attended", "resident KV"], rows)
+    return table, commands, rows
+
+
+# ---- Prefill fidelity: real model and synthetic -------------------------------------------------
+
+def prefill_real(r, cfg, prof, available, out_dir, notes):
+    prompts = os.path.join(HERE, "long_prompts.txt")
+    rows, series, commands = [], {}, []
+    for pol in cfg["prefill_policies"]:
+        if pol["plugin"] not in available or ("dpxa" in pol["policy"] and "dpxa" not in available):
+            notes.append(f"prefill (real model): `{pol['policy']}` skipped: plugin `{pol['plugin']}` is not in this build")
+            continue
+        for chain in pol["sweep"]:
+            try:
+                j, cmd = r.json([r.sieve, "eval", "--chain", chain, "--prompts", prompts, "--steps",
+                                 str(prof["prefill_steps"]), "--json"], f"prefill eval of {pol['policy']}")
+            except RuntimeError as e:
+                notes.append(f"prefill (real model): `{chain}` failed: {e}")
+                continue
+            commands.append(cmd)
+            a, tf, fr = j["attention"]["prefill"], j["teacher_forced"], j["free_running"]
+            rows.append([pol["policy"], f"`{chain}`", a["attended_fraction"], a["recall"], a["output_rel_err"],
+                         tf["kl_mean"], tf["top1_agreement"], fr["token_agreement"]])
+            series.setdefault(pol["policy"], []).append((a["attended_fraction"], a["recall"], a["output_rel_err"],
+                                                         tf["kl_mean"]))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for name, pts in series.items():
+        pts = sorted(pts)
+        for k, ax in enumerate(axes):
+            ax.plot([p[0] for p in pts], [p[k + 1] for p in pts], marker="o", label=name)
+    for ax, t in zip(axes, ["prefill attention recall", "prefill output rel. error",
+                            "KL of the decode that follows"]):
+        ax.set_title(t, fontsize=9)
+        ax.set_xlabel("attended fraction of causal keys (density)")
+    axes[1].set_yscale("log")
+    axes[2].set_yscale("log")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "prefill_real.png"), dpi=110)
+    plt.close(fig)
+    table = md_table(["policy", "chain", "density", "recall", "out rel err", "KL (decode after)", "top-1",
+                      "greedy agr."], rows)
+    return table, commands
+
+
+def prefill_synthetic(r, cfg, prof, available, out_dir, notes, keys_option):
+    s = prof["synthetic"]
+    rows, series, commands = [], {}, []
+    base = [r.sieve, "attn", "--phase", "prefill", "--context", str(s["context"]), "--new-tokens",
+            str(s["new_tokens"]), "--q-heads", str(s["q_heads"]), "--kv-heads", str(s["kv_heads"]),
+            "--head-dim", str(s["head_dim"]), "--page-size", str(s["page_size"]), "--json"] + keys_option
+    for pol in cfg["prefill_policies"]:
+        if pol["plugin"] not in available:
+            notes.append(f"prefill (synthetic): `{pol['policy']}` skipped: plugin `{pol['plugin']}` is not in this build")
+            continue
+        for chain in pol["sweep"]:
+            # the model's windows are for 512 tokens: scale them to the synthetic context
+            scaled = chain.replace("window=32", f"window={s['context'] // 16}") \
+                          .replace("window=64", f"window={s['context'] // 8}") \
+                          .replace("window=128", f"window={s['context'] // 4}") \
+                          .replace("gamma=8,tail=16", "gamma=64,tail=128")
+            try:
+                j, cmd = r.json(base + ["--chain", scaled], f"synthetic prefill of {pol['policy']}")
+            except RuntimeError as e:
+                notes.append(f"prefill (synthetic): `{scaled}` failed: {e}")
+                continue
+            commands.append(cmd)
+            res = j["results"][0] if "results" in j else j
+            rows.append([pol["policy"], f"`{scaled}`", res["attended_fraction"], res["recall"], res["output_rel_err"]])
+            series.setdefault(pol["policy"], []).append((res["attended_fraction"], res["recall"], res["output_rel_err"]))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name, pts in series.items():
+        pts = sorted(pts)
+        axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        axes[1].plot([p[0] for p in pts], [max(p[2], 1e-12) for p in pts], marker="o", label=name)
+    axes[0].set_title("attention recall (true softmax mass kept)", fontsize=9)
+    axes[1].set_title("output rel. error vs f64 dense", fontsize=9)
+    axes[1].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("attended fraction of causal keys (density)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "prefill_synthetic.png"), dpi=110)
+    plt.close(fig)
+    return md_table(["policy", "chain", "density", "recall", "out rel err"], rows), commands
+
+
+# ---- Memory ----------------------------------------------------------------------------------------
+
+def memory(r, cfg, prof, available, out_dir, notes):
+    """Resident KV bytes after N generated tokens, for each N (one `sieve run` per length: what a
+    user sees at that length). Sampling keeps stories going; a run that stops early at EOS is
+    reported at the length it reached."""
+    series, rows, commands = {}, [], []
+    for pol in cfg["memory_policies"]:
+        if pol["plugin"] not in available:
+            notes.append(f"memory: `{pol['policy']}` skipped: plugin `{pol['plugin']}` is not in this build")
+            continue
+        for n in prof["memory_steps"]:
+            args = [r.sieve, "run", "--steps", str(n), "--temperature", "0.8", "--seed", "11",
+                    "--prompt", "Once upon a time"]
+            if pol["chain"]:
+                args += ["--chain", pol["chain"]]
+            try:
+                out, cmd, _ = r.run(args, f"memory run of {pol['policy']}")
+            except RuntimeError as e:
+                notes.append(f"memory: {e}")
+                continue
+            commands.append(cmd)
+            gen = kv = prompt = None
+            for line in out.splitlines():
+                if line.startswith("prompt ") and "generated" in line:
+                    prompt = int(line.split()[1])
+                    gen = int(line.split("generated ")[1].split()[0])
+                    kv = int(line.rsplit("KV bytes ", 1)[1].split()[0])
+            if gen is None:
+                notes.append(f"memory: could not read the lengths from `{cmd}`")
+                continue
+            series.setdefault(pol["policy"], []).append((prompt + gen, kv))
+            rows.append([pol["policy"], n, prompt + gen, kv])
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, pts in series.items():
+        pts = sorted(set(pts))
+        ax.plot([p[0] for p in pts], [p[1] / 1024 for p in pts], marker="o", label=name)
+    ax.set_xlabel("tokens in the sequence (prompt + generated)")
+    ax.set_ylabel("resident KV KiB (all layers)")
+    ax.set_title("resident KV bytes against length (stories260K, page 16)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "memory.png"), dpi=110)
+    plt.close(fig)
+    return md_table(["policy", "steps asked", "tokens", "resident KV bytes"], rows), commands
+
+
+# ---- Speed ----------------------------------------------------------------------------------------
+
+def speed_cpu(r, cfg, prof, available, out_dir, notes):
+    b = prof["cpu_bench"]
+    commands, rows = [], []
+    chains = []
+    for pol in cfg["cpu_speed_policies"]:
+        if pol["plugin"] in available:
+            chains += ["--chain", pol["chain"]]
+        else:
+            notes.append(f"CPU speed: `{pol['policy']}` skipped: plugin `{pol['plugin']}` is not in this build")
+    policy_json = os.path.join(out_dir, "cpu_policy_bench.json")
+    args = [r.bench, "--policy", "--device", "cpu", "--phase", "decode", "--layers", str(b["layers"]),
+            "--hq", str(b["hq"]), "--hkv", str(b["hkv"]), "--d", str(b["d"]), "--page", "16", "--dtype", "f32",
+            "--ctx", b["ctx"], "--batch", b["batch"], f"--json={policy_json}"] + chains
+    pts = {}
+    try:
+        _, cmd, _ = r.run(args, "CPU policy benchmark")
+        commands.append(cmd)
+        pj = json.load(open(policy_json))
+        for c in policy_records(pj):
+            rows.append([c.get("chain_label", c.get("chain")), c.get("ctx"), c.get("batch"), c.get("step_ms"),
+                         c.get("dense_step_ms"), c.get("speedup"), c.get("core_ms"), c.get("selection_overhead_ms"),
+                         c.get("attended_fraction")])
+            if c.get("step_ms") is not None:
+                pts.setdefault((c.get("chain_label", c.get("chain")), c.get("batch")), []).append(
+                    (c.get("ctx"), c.get("dense_step_ms"), c.get("step_ms")))
+    except (RuntimeError, OSError, ValueError) as e:
+        notes.append(f"CPU speed: policy benchmark failed: {e}")
+    finally:
+        if os.path.exists(policy_json):
+            os.remove(policy_json)  # the numbers are in the README table
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    dense_done = set()
+    for (label, batch), p in sorted(pts.items(), key=lambda kv: str(kv[0])):
+        p = sorted(p)
+        if batch not in dense_done:
+            ax.plot([x[0] for x in p], [x[1] for x in p], "k--", marker="s", label=f"dense bs{batch}")
+            dense_done.add(batch)
+        ax.plot([x[0] for x in p], [x[2] for x in p], marker="o", label=f"{label} bs{batch}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context tokens")
+    ax.set_ylabel("decode step ms (append + policy + attention)")
+    ax.set_title("CPU decode step, policies vs dense", fontsize=9)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "speed_cpu.png"), dpi=110)
+    plt.close(fig)
+    table = md_table(["chain", "ctx", "batch", "step ms", "dense ms", "speed-up", "core-only ms",
+                      "selection overhead ms", "attended"], rows)
+    return table, commands
+
+
+def policy_records(pj):
+    """The per-(chain, ctx, batch) records of a policy-benchmark JSON file."""
+    for key in ("results", "records", "cases"):
+        if isinstance(pj.get(key), list):
+            return pj[key]
+    return []
+
+
+def load_gpu_results(gpu_dir):
+    suites, policies = [], []
+    if not gpu_dir:
+        return suites, policies
+    for path in sorted(glob.glob(os.path.join(gpu_dir, "*.json"))):
+        try:
+            j = json.load(open(path))
+        except (OSError, ValueError):
+            continue
+        if isinstance(j, dict) and "ceilings" in j and "cases" in j:
+            suites.append((path, j))
+        elif isinstance(j, dict) and policy_records(j) and j.get("kind", "policy") == "policy":
+            policies.append((path, j))
+    return suites, policies
+
+
+STANDARD_CASE = re.compile(r"^gpu/(decode|prefill)/[^/]+/bs\d+/ctx\d+/[a-z0-9]+/(dense|sparse[0-9.]+)$")
+
+
+def speed_gpu(suites, policies, out_dir, notes):
+    """One panel per (heads, batch): our dense and block-sparse kernels against context, PyTorch
+    SDPA on the same shape, and the floor from the measured ceiling (dotted)."""
+    text = []
+    for phase, fname in (("decode", "speed_gpu_decode.png"), ("prefill", "speed_gpu_prefill.png")):
+        panels = {}
+        for path, j in suites:
+            for c in j["cases"]:
+                if (c.get("phase") != phase or not c.get("ok", True) or c.get("backend") != "cuda"
+                        or not STANDARD_CASE.match(c["name"])):
+                    continue
+                if phase == "decode" and c["batch"] not in (1, 16):
+                    continue
+                key = (f"{c['n_q_heads']}q{c['n_kv_heads']}kv d{c['head_dim']} bs{c['batch']}")
+                panels.setdefault(key, (j, {}))[1].setdefault(c["sparsity"], []).append(c)
+        keys = sorted(panels)
+        n = max(len(keys), 1)
+        cols = min(n, 4)
+        rows_n = (n + cols - 1) // cols
+        fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.6 * rows_n), squeeze=False)
+        for ax in axes.flat[len(keys):]:
+            ax.axis("off")
+        for ax, key in zip(axes.flat, keys):
+            j, by = panels[key]
+            ceil = j["ceilings"]
+            for sp, cs in sorted(by.items()):
+                cs = sorted(cs, key=lambda c: c["context"])
+                x = [c["context"] for c in cs]
+                ax.plot(x, [c["median_ms"] for c in cs], marker="o",
+                        label="ours dense" if sp == 0 else f"ours {100 * (1 - sp):.0f}% of blocks")
+                if sp == 0:
+                    if phase == "decode":
+                        floor = [c["bytes"] / (ceil["copy_gbs"] * 1e9) * 1e3 for c in cs]
+                        lab = f"bytes / {ceil['copy_gbs']:.0f} GB/s"
+                    else:
+                        floor = [c["flops"] / (ceil["bf16_gemm_tflops"] * 1e12) * 1e3 for c in cs]
+                        lab = f"flops / {ceil['bf16_gemm_tflops']:.0f} TFLOP/s"
+                    ax.plot(x, floor, ":", color="gray", label=f"floor: {lab}")
+                    sd = [(c["context"], j.get("sdpa", {}).get(c["shape"], {}).get("best_ms")) for c in cs]
+                    sd = [q for q in sd if q[1]]
+                    if sd:
+                        ax.plot([q[0] for q in sd], [q[1] for q in sd], "kx--", label="PyTorch SDPA (best backend)")
+            ax.set_title(f"{phase} {key} ({ceil.get('gpu', 'GPU')})", fontsize=8)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("context tokens", fontsize=8)
+            ax.set_ylabel("ms per call", fontsize=8)
+            ax.legend(fontsize=5.5)
+        if not keys:
+            axes.flat[0].axis("on")
+            axes.flat[0].text(0.5, 0.5, "no GPU results given (--gpu-results)", ha="center",
+                              transform=axes.flat[0].transAxes)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, fname), dpi=110)
+        plt.close(fig)
+    for path, j in suites:
+        text.append(f"Kernel suite `{os.path.relpath(path, SOURCE)}`: device {j['ceilings'].get('gpu')}, date "
+                    f"{j.get('date')}, command `{j.get('command')}`; measured ceilings: copy "
+                    f"{j['ceilings']['copy_gbs']:.0f} GB/s, cuBLAS bf16 {j['ceilings']['bf16_gemm_tflops']:.0f} TFLOP/s.\n")
+        rows = []
+        for c in j["cases"]:
+            if c.get("backend") != "cuda" or not c.get("tensor_cores", True):
+                continue
+            rows.append([c["name"].replace("gpu/", ""), c["median_ms"], c.get("gbs"), c.get("tflops"),
+                         c.get("speedup_vs_sdpa")])
+        text.append(md_table(["case", "median ms", "GB/s", "TFLOP/s", "vs SDPA (>1: faster)"], rows))
+        text.append("")
+    for path, j in policies:
+        text.append(f"Policy benchmark `{os.path.relpath(path, SOURCE)}`: device {j.get('device')}, date {j.get('date')}, "
+                    f"command `{j.get('command')}`.\n")
+        rows = []
+        for c in policy_records(j):
+            rows.append([c.get("chain_label", c.get("chain")), c.get("phase", j.get("phase")), c.get("ctx"),
+                         c.get("batch"), c.get("step_ms"), c.get("dense_step_ms"), c.get("speedup"),
+                         c.get("core_ms"), c.get("selection_overhead_ms"), c.get("sdpa_ms"),
+                         c.get("attended_fraction")])
+        text.append(md_table(["chain", "phase", "ctx", "batch", "step ms", "dense ms", "speed-up vs dense",
+                              "core-only ms", "selection ms", "SDPA ms", "attended"], rows))
+        text.append("")
+    if not suites and not policies:
+        notes.append("GPU speed: no GPU results were given (--gpu-results DIR with sieve_bench JSON files)")
+    return "\n".join(text)
+
+
+def targets(suites, policies):
+    rows = []
+    for path, j in suites + policies:
+        for t in j.get("targets", []):
+            rows.append([t.get("target"), t.get("criterion"), t.get("measured"),
+                         "met" if t.get("met") else ("**missed**" if t.get("evaluated", True) else "not measured"),
+                         os.path.relpath(path, SOURCE)])
+    return rows
+
+
+# ---- Assemble -------------------------------------------------------------------------------------
+
+def write_report(a):
+    cfg = json.load(open(os.path.join(HERE, "report_config.json")))
+    prof = cfg["profiles"][a.profile]
+    r = Runner(a.build, a.verbose)
+    os.makedirs(a.out, exist_ok=True)
+    available = r.plugins()
+    date = datetime.date.today().isoformat()
+    device = cpu_name()
+    notes = []
+    t0 = time.time()
+    print("decode fidelity ...", file=sys.stderr)
+    dec_table, dec_cmds, _ = decode_fidelity(r, cfg, prof, available, a.out, notes)
+    print("prefill fidelity (real model) ...", file=sys.stderr)
+    pre_table, pre_cmds = prefill_real(r, cfg, prof, available, a.out, notes)
+    print("prefill fidelity (synthetic) ...", file=sys.stderr)
+    syn_table, syn_cmds = prefill_synthetic(r, cfg, prof, available, a.out, notes, a.synthetic_keys.split())
+    print("memory ...", file=sys.stderr)
+    mem_table, mem_cmds = memory(r, cfg, prof, available, a.out, notes)
+    print("CPU speed ...", file=sys.stderr)
+    cpu_table, cpu_cmds = speed_cpu(r, cfg, prof, available, a.out, notes)
+    suites, policies = load_gpu_results(a.gpu_results)
+    gpu_text = speed_gpu(suites, policies, a.out, notes)
+    target_rows = targets(suites, policies)
+    findings_path = os.path.join(HERE, "findings.md")
+    findings = open(findings_path).read().strip() if os.path.exists(findings_path) else ""
+
+    cmdline = "python3 bench/report/sieve_report.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    doc = [
+        "# Sieve evaluation report",
+        "",
+        f"Generated {date} by `{cmdline}` in {time.time() - t0:.0f} s. CPU measurements ran on {device}; "
+        "GPU figures come from the JSON files named in their section, with their own device, date and command. "
+        f"Model: stories260K (embedded; 5 layers, 8 q / 4 KV heads, head dim 8). Profile `{a.profile}` of "
+        "`bench/report/report_config.json`. Plugins found: " + ", ".join(f"`{p}`" for p in sorted(available)) + ".",
+        "",
+        "Metrics (as `sieve eval` defines them): *recall* = f64 dense softmax mass on the keys the policy attends; "
+        "*out rel err* = |o − o_dense| / |o_dense|; *KL* = KL(dense ‖ policy) of the next-token distribution, "
+        "teacher-forced on the dense tokens; *top-1* = agreement of the argmax, teacher-forced; *greedy agr.* = "
+        "fraction of free-running greedy tokens equal to the dense run's; *attended* = attended / causal keys; "
+        "*resident KV* = the policy's resident KV bytes / dense's.",
+        "",
+        SECTIONS[0], "",
+        f"Decode with every layer's decode chain as listed (prefill dense), {prof['decode_steps']} positions per "
+        "prompt from the four built-in prompts, page 16.",
+        "", "![decode fidelity](decode_fidelity.png)", "", dec_table, "",
+        caption(dec_cmds, device, date),
+        SECTIONS[1], "",
+        "Prefill of the long prompts in `bench/report/long_prompts.txt` (~350 tokens, stories the model wrote) "
+        "through the prefill chain, then dense decode; KL and agreement are those of the decode that follows.",
+        "", "![prefill real](prefill_real.png)", "", pre_table, "",
+        caption(pre_cmds, device, date),
+        SECTIONS[2], "",
+        f"`sieve attn --phase prefill` on a synthetic {prof['synthetic']['context']}-token context "
+        f"({prof['synthetic']['q_heads']} q / {prof['synthetic']['kv_heads']} KV heads, head dim "
+        f"{prof['synthetic']['head_dim']}); keys option: `{a.synthetic_keys or 'default workload'}`.",
+        "", "![prefill synthetic](prefill_synthetic.png)", "", syn_table, "",
+        caption(syn_cmds, device, date),
+        SECTIONS[3], "",
+        "One `sieve run` per length (sampled, T = 0.8, seed 11); the store's bytes in use after the last step.",
+        "", "![memory](memory.png)", "", mem_table, "",
+        caption(mem_cmds, device, date),
+        SECTIONS[4], "",
+        "`sieve_bench --policy` on the CPU: a whole decode step (append + policy hooks + core attention), "
+        "median over steps; dense = the same store with no chain.",
+        "", "![CPU speed](speed_cpu.png)", "", cpu_table, "",
+        caption(cpu_cmds, device, date),
+        SECTIONS[5], "",
+        "![GPU decode](speed_gpu_decode.png)", "", "![GPU prefill](speed_gpu_prefill.png)", "",
+        gpu_text or "No GPU results were given.", "",
+        SECTIONS[6], "",
+        "Every speed target of the issues as the benchmarks evaluated it (criterion and measured value from the "
+        "JSON file named):", "",
+        md_table(["target", "criterion", "measured", "status", "source"], target_rows) if target_rows
+        else "No GPU target was evaluated in this run.",
+        "",
+        findings,
+        "",
+        "### What this run skipped or could not measure",
+        "",
+    ]
+    doc += [f"- {n}" for n in notes] or ["- nothing"]
+    with open(os.path.join(a.out, "README.md"), "w") as f:
+        f.write("\n".join(doc) + "\n")
+    print(f"wrote {os.path.join(a.out, 'README.md')} ({len(notes)} notes)", file=sys.stderr)
+    return 0
+
+
+def check(out_dir):
+    """The report has every section and every figure, each a real PNG file."""
+    problems = []
+    readme = os.path.join(out_dir, "README.md")
+    text = open(readme).read() if os.path.exists(readme) else ""
+    if not text:
+        problems.append(f"{readme} is missing or empty")
+    for s in SECTIONS:
+        if s not in text:
+            problems.append(f"README.md lacks the section '{s}'")
+    for f in FIGURES:
+        p = os.path.join(out_dir, f)
+        if not os.path.exists(p):
+            problems.append(f"{f} is missing")
+        elif open(p, "rb").read(8) != b"\x89PNG\r\n\x1a\n":
+            problems.append(f"{f} is not a PNG file")
+        elif f"({f})" not in text:
+            problems.append(f"README.md does not show {f}")
+    if "| dense |" not in text:
+        problems.append("the decode table has no dense row")
+    for p in problems:
+        print(f"sieve_report --check: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(SOURCE, "build"), help="the build directory (default: build)")
+    ap.add_argument("--out", default=os.path.join(SOURCE, "docs", "report"), help="where README.md and the plots go")
+    ap.add_argument("--gpu-results", default=None, help="directory with sieve_bench JSON files from the GPU machine")
+    ap.add_argument("--profile", default="full", choices=["full", "quick"], help="measurement sizes (quick: CI)")
+    ap.add_argument("--synthetic-keys", default="", help="extra `sieve attn` options for the synthetic prefill keys")
+    ap.add_argument("--check", metavar="DIR", help="only verify a written report in DIR")
+    ap.add_argument("--verbose", action="store_true", help="print each command")
+    a = ap.parse_args()
+    if a.check:
+        return check(a.check)
+    try:
+        return write_report(a)
+    except RuntimeError as e:
+        print(f"sieve_report: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
