@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "sieve/bench/policy.hpp"
 #include "sieve/bench/suite.hpp"
 
 namespace {
@@ -16,7 +17,8 @@ const char kUsage[] =
     "  --sdpa                    time PyTorch SDPA on the dense GPU shapes (bench/sdpa_reference.py)\n"
     "  --sdpa-script=PATH        ... with this script; --python=EXE to run it (default python3)\n"
     "  --sdpa-json=PATH          ... or read an earlier run of the script\n"
-    "  --json=PATH               write the merged report (cases, ceilings, SDPA, targets) as JSON\n";
+    "  --json=PATH               write the merged report (cases, ceilings, SDPA, targets) as JSON\n"
+    "  --policy ...              the policy-step benchmark instead (sieve_bench --policy --help)\n";
 
 bool value_of(const char* arg, const char* name, std::string* out) {
   const size_t n = std::strlen(name);
@@ -28,6 +30,8 @@ bool value_of(const char* arg, const char* name, std::string* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--policy")) return sieve::bench::policy_main(argc, argv, 1, "sieve_bench");
   sieve::bench::SuiteOptions o;
   for (int i = 0; i < argc; ++i) {
     if (i) o.command += ' ';

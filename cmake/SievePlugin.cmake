@@ -29,5 +29,7 @@ function(sieve_add_plugin)
   endif()
   if(NOT P_NO_INSTALL)
     install(TARGETS ${target} LIBRARY DESTINATION ${SIEVE_PLUGIN_INSTALL_DIR})
+    # Every installed plugin is conformance-tested (tests/conformance reads this list).
+    set_property(GLOBAL APPEND PROPERTY SIEVE_PLUGIN_TARGETS ${target})
   endif()
 endfunction()

@@ -12,6 +12,7 @@ is not in the build is skipped and the report says so. Every figure names the co
 device and the date that produced it. `--check DIR` verifies a written report (the CI test).
 """
 import argparse
+import csv
 import datetime
 import glob
 import json
@@ -21,6 +22,7 @@ import platform
 import re
 import shlex
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -245,40 +247,40 @@ def prefill_synthetic(r, cfg, prof, available, out_dir, notes, keys_option):
 # ---- Memory ----------------------------------------------------------------------------------------
 
 def memory(r, cfg, prof, available, out_dir, notes):
-    """Resident KV bytes after N generated tokens, for each N (one `sieve run` per length: what a
-    user sees at that length). Sampling keeps stories going; a run that stops early at EOS is
-    reported at the length it reached."""
+    """Resident KV bytes after every decode step: one `sieve run --ignore-eos --kv-trace` per policy
+    (the runtime's own byte count of the store, written after each step); the table samples it at
+    the profile's lengths."""
     series, rows, commands = {}, [], []
+    longest = max(prof["memory_steps"])
     for pol in cfg["memory_policies"]:
         if pol["plugin"] not in available:
             notes.append(f"memory: `{pol['policy']}` skipped: plugin `{pol['plugin']}` is not in this build")
             continue
-        for n in prof["memory_steps"]:
-            args = [r.sieve, "run", "--steps", str(n), "--temperature", "0.8", "--seed", "11",
-                    "--prompt", "Once upon a time"]
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "kv.csv")
+            args = [r.sieve, "run", "--steps", str(longest), "--ignore-eos", "--prompt", "Once upon a time",
+                    "--kv-trace", trace]
             if pol["chain"]:
                 args += ["--chain", pol["chain"]]
             try:
-                out, cmd, _ = r.run(args, f"memory run of {pol['policy']}")
+                _, cmd, _ = r.run(args, f"memory run of {pol['policy']}")
             except RuntimeError as e:
                 notes.append(f"memory: {e}")
                 continue
-            commands.append(cmd)
-            gen = kv = prompt = None
-            for line in out.splitlines():
-                if line.startswith("prompt ") and "generated" in line:
-                    prompt = int(line.split()[1])
-                    gen = int(line.split("generated ")[1].split()[0])
-                    kv = int(line.rsplit("KV bytes ", 1)[1].split()[0])
-            if gen is None:
-                notes.append(f"memory: could not read the lengths from `{cmd}`")
-                continue
-            series.setdefault(pol["policy"], []).append((prompt + gen, kv))
-            rows.append([pol["policy"], n, prompt + gen, kv])
+            with open(trace) as f:
+                pts = [(int(row["tokens"]), int(row["kv_bytes"])) for row in csv.DictReader(f)]
+        commands.append(cmd.replace(trace, pol["policy"].replace(" ", "_") + ".csv"))
+        if not pts:
+            notes.append(f"memory: `{cmd}` wrote an empty trace")
+            continue
+        series[pol["policy"]] = pts
+        by_tokens = dict(pts)
+        for n in prof["memory_steps"]:
+            near = min(by_tokens, key=lambda t: abs(t - n))
+            rows.append([pol["policy"], near, by_tokens[near]])
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, pts in series.items():
-        pts = sorted(set(pts))
-        ax.plot([p[0] for p in pts], [p[1] / 1024 for p in pts], marker="o", label=name)
+        ax.plot([p[0] for p in pts], [p[1] / 1024 for p in pts], label=name)
     ax.set_xlabel("tokens in the sequence (prompt + generated)")
     ax.set_ylabel("resident KV KiB (all layers)")
     ax.set_title("resident KV bytes against length (stories260K, page 16)", fontsize=9)
@@ -286,7 +288,7 @@ def memory(r, cfg, prof, available, out_dir, notes):
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "memory.png"), dpi=110)
     plt.close(fig)
-    return md_table(["policy", "steps asked", "tokens", "resident KV bytes"], rows), commands
+    return md_table(["policy", "tokens", "resident KV bytes"], rows), commands
 
 
 # ---- Speed ----------------------------------------------------------------------------------------
@@ -310,12 +312,13 @@ def speed_cpu(r, cfg, prof, available, out_dir, notes):
         commands.append(cmd)
         pj = json.load(open(policy_json))
         for c in policy_records(pj):
-            rows.append([c.get("chain_label", c.get("chain")), c.get("ctx"), c.get("batch"), c.get("step_ms"),
-                         c.get("dense_step_ms"), c.get("speedup"), c.get("core_ms"), c.get("selection_overhead_ms"),
-                         c.get("attended_fraction")])
-            if c.get("step_ms") is not None:
-                pts.setdefault((c.get("chain_label", c.get("chain")), c.get("batch")), []).append(
-                    (c.get("ctx"), c.get("dense_step_ms"), c.get("step_ms")))
+            if c.get("chain") == "dense" or c.get("step_ms") is None:
+                continue  # dense is each row's own baseline column
+            rows.append([f"`{c['chain']}`", c.get("context"), c.get("batch"), c.get("step_ms"),
+                         c.get("dense_step_ms"), c.get("speedup_vs_dense"), c.get("core_ms"),
+                         c.get("selection_overhead_ms"), c.get("attended_fraction")])
+            pts.setdefault((c["chain"], c.get("batch")), []).append(
+                (c.get("context"), c.get("dense_step_ms"), c.get("step_ms")))
     except (RuntimeError, OSError, ValueError) as e:
         notes.append(f"CPU speed: policy benchmark failed: {e}")
     finally:
@@ -344,11 +347,17 @@ def speed_cpu(r, cfg, prof, available, out_dir, notes):
 
 
 def policy_records(pj):
-    """The per-(chain, ctx, batch) records of a policy-benchmark JSON file."""
-    for key in ("results", "records", "cases"):
-        if isinstance(pj.get(key), list):
-            return pj[key]
-    return []
+    """The per-(chain, context, batch) rows of a `sieve_bench --policy --json` file (skipped and
+    failed rows left out)."""
+    return [c for c in pj.get("results", []) if isinstance(c, dict) and "step_ms" in c]
+
+
+def policy_runs(j):
+    """Policy-benchmark runs in one JSON file: a single `sieve_bench --policy` file, or the
+    {"kind": "policy-batch", "runs": [...]} file bench/device_all.sh writes."""
+    if j.get("kind") == "policy-batch":
+        return [r for r in j.get("runs", []) if isinstance(r, dict) and r.get("meta", {}).get("benchmark") == "policy_step"]
+    return [j] if j.get("meta", {}).get("benchmark") == "policy_step" else []
 
 
 def load_gpu_results(gpu_dir):
@@ -362,8 +371,8 @@ def load_gpu_results(gpu_dir):
             continue
         if isinstance(j, dict) and "ceilings" in j and "cases" in j:
             suites.append((path, j))
-        elif isinstance(j, dict) and policy_records(j) and j.get("kind", "policy") == "policy":
-            policies.append((path, j))
+        elif isinstance(j, dict):
+            policies += [(path, run) for run in policy_runs(j) if policy_records(run)]
     return suites, policies
 
 
@@ -438,27 +447,50 @@ def speed_gpu(suites, policies, out_dir, notes):
         text.append(md_table(["case", "median ms", "GB/s", "TFLOP/s", "vs SDPA (>1: faster)"], rows))
         text.append("")
     for path, j in policies:
-        text.append(f"Policy benchmark `{os.path.relpath(path, SOURCE)}`: device {j.get('device')}, date {j.get('date')}, "
-                    f"command `{j.get('command')}`.\n")
+        m = j["meta"]
+        text.append(f"Policy benchmark `{os.path.relpath(path, SOURCE)}`: {m.get('device')}, {m.get('date')}, "
+                    f"{m.get('layers')} layer(s) {m.get('n_q_heads')}q/{m.get('n_kv_heads')}kv d{m.get('head_dim')} "
+                    f"{m.get('dtype')}, keys {m.get('keys')}; command `{m.get('command')}`.\n")
         rows = []
         for c in policy_records(j):
-            rows.append([c.get("chain_label", c.get("chain")), c.get("phase", j.get("phase")), c.get("ctx"),
-                         c.get("batch"), c.get("step_ms"), c.get("dense_step_ms"), c.get("speedup"),
-                         c.get("core_ms"), c.get("selection_overhead_ms"), c.get("sdpa_ms"),
+            rows.append([f"`{c['chain']}`", c.get("phase"), c.get("context"), c.get("batch"), c.get("step_ms"),
+                         c.get("dense_step_ms"), c.get("speedup_vs_dense"), c.get("core_ms"),
+                         c.get("selection_overhead_ms"), c.get("sdpa_ms"), c.get("speedup_vs_sdpa"),
                          c.get("attended_fraction")])
-        text.append(md_table(["chain", "phase", "ctx", "batch", "step ms", "dense ms", "speed-up vs dense",
-                              "core-only ms", "selection ms", "SDPA ms", "attended"], rows))
+        text.append(md_table(["chain", "phase", "ctx", "batch", "step ms", "dense ms", "x dense",
+                              "core-only ms", "selection ms", "SDPA ms", "x SDPA", "attended"], rows))
         text.append("")
     if not suites and not policies:
         notes.append("GPU speed: no GPU results were given (--gpu-results DIR with sieve_bench JSON files)")
     return "\n".join(text)
 
 
-def targets(suites, policies):
+def targets(cfg, suites, policies):
+    """The issues' speed targets (report_config.json "targets") checked against every matching
+    policy-benchmark row; a target with no matching row is listed as not measured."""
     rows = []
-    for path, j in suites + policies:
+    for t in cfg.get("targets", []):
+        found = False
+        for path, j in policies:
+            m = j["meta"]
+            if any(k in t and m.get(f) != t[k] for k, f in (("hq", "n_q_heads"), ("hkv", "n_kv_heads"),
+                                                             ("layers", "layers"))):
+                continue
+            for c in policy_records(j):
+                if (c.get("phase") != t["phase"] or not re.search(t["chain"], c["chain"])
+                        or ("context" in t and c.get("context") != t["context"])
+                        or ("context_min" in t and c.get("context", 0) < t["context_min"])
+                        or ("batch" in t and c.get("batch") != t["batch"])):
+                    continue
+                found = True
+                x = c.get("speedup_vs_dense")
+                rows.append([f"#{t['issue']}", t["target"], f"`{c['chain']}` ctx {c['context']} bs {c['batch']}",
+                             f"{x:.2f}x", "met" if x >= t["min"] else "**missed**", os.path.relpath(path, SOURCE)])
+        if not found:
+            rows.append([f"#{t['issue']}", t["target"], "-", "-", "not measured", "-"])
+    for path, j in suites:
         for t in j.get("targets", []):
-            rows.append([t.get("target"), t.get("criterion"), t.get("measured"),
+            rows.append(["kernels", t.get("target"), t.get("criterion"), t.get("measured"),
                          "met" if t.get("met") else ("**missed**" if t.get("evaluated", True) else "not measured"),
                          os.path.relpath(path, SOURCE)])
     return rows
@@ -488,7 +520,7 @@ def write_report(a):
     cpu_table, cpu_cmds = speed_cpu(r, cfg, prof, available, a.out, notes)
     suites, policies = load_gpu_results(a.gpu_results)
     gpu_text = speed_gpu(suites, policies, a.out, notes)
-    target_rows = targets(suites, policies)
+    target_rows = targets(cfg, suites, policies)
     findings_path = os.path.join(HERE, "findings.md")
     findings = open(findings_path).read().strip() if os.path.exists(findings_path) else ""
 
@@ -524,7 +556,8 @@ def write_report(a):
         "", "![prefill synthetic](prefill_synthetic.png)", "", syn_table, "",
         caption(syn_cmds, device, date),
         SECTIONS[3], "",
-        "One `sieve run` per length (sampled, T = 0.8, seed 11); the store's bytes in use after the last step.",
+        "One `sieve run --ignore-eos --kv-trace` per policy (greedy, the store's bytes in use after every step, "
+        "all 5 layers); the table samples the trace.",
         "", "![memory](memory.png)", "", mem_table, "",
         caption(mem_cmds, device, date),
         SECTIONS[4], "",
@@ -536,9 +569,9 @@ def write_report(a):
         "![GPU decode](speed_gpu_decode.png)", "", "![GPU prefill](speed_gpu_prefill.png)", "",
         gpu_text or "No GPU results were given.", "",
         SECTIONS[6], "",
-        "Every speed target of the issues as the benchmarks evaluated it (criterion and measured value from the "
-        "JSON file named):", "",
-        md_table(["target", "criterion", "measured", "status", "source"], target_rows) if target_rows
+        "Every speed target of the issues (`targets` in report_config.json) against every matching row of the "
+        "GPU policy benchmarks given (x dense = dense step time / policy step time, same run):", "",
+        md_table(["issue", "target", "row", "measured", "status", "source"], target_rows) if target_rows
         else "No GPU target was evaluated in this run.",
         "",
         findings,

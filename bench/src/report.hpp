@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runner.hpp"
+#include "sieve/bench/suite.hpp"
 
 namespace sieve::bench {
 
@@ -33,5 +34,11 @@ std::string merge_sdpa(Report& report, const nlohmann::json& sdpa);
 
 void print_summary(const Report& report, std::FILE* f);
 nlohmann::json report_json(const Report& report);
+
+// Runs `o.python o.sdpa_script --cases FILE` on `cases` (sdpa_reference.py's input list) and
+// parses what it prints into *out. Returns "" or what went wrong. (suite.cpp; also the policy bench)
+std::string run_sdpa_script(const SuiteOptions& o, const nlohmann::json& cases, nlohmann::json* out);
+// Today's date, UTC, as YYYY-MM-DD.
+std::string today_utc();
 
 }  // namespace sieve::bench

@@ -17,7 +17,6 @@
 #include "sieve/bench/suite.hpp"
 
 namespace sieve::bench {
-namespace {
 
 std::string today_utc() {
   const std::time_t now = std::time(nullptr);
@@ -27,6 +26,8 @@ std::string today_utc() {
   std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
   return buf;
 }
+
+namespace {
 
 // The dense GPU shapes PyTorch should time, as the script's input.
 nlohmann::json sdpa_cases(const std::vector<Case>& cases) {
@@ -44,6 +45,8 @@ nlohmann::json sdpa_cases(const std::vector<Case>& cases) {
                    {"samples", c.samples}});
   return j;
 }
+
+}  // namespace
 
 // Runs `python script --cases FILE` and parses what it prints on stdout.
 std::string run_sdpa_script(const SuiteOptions& o, const nlohmann::json& cases, nlohmann::json* out) {
@@ -71,8 +74,6 @@ std::string run_sdpa_script(const SuiteOptions& o, const nlohmann::json& cases, 
   }
   return {};
 }
-
-}  // namespace
 
 const char* default_sdpa_script() { return SIEVE_BENCH_SDPA_SCRIPT; }
 

@@ -84,7 +84,7 @@ nlohmann::json to_json(const std::string& chain, const runtime::SyntheticReport&
 
 int cmd_attn(int argc, char** argv) {
   po::options_description opts("sieve attn: run a synthetic attention workload through a chain");
-  std::string chain_text, chain_file, phase = "decode", dtype = "f32", device = "cpu", contexts;
+  std::string chain_text, chain_file, phase = "decode", dtype = "f32", device = "cpu", contexts, keys = "random";
   std::vector<std::string> plugin_dirs;
   int32_t batch = 1, hq = 32, hkv = 8, d = 128, page = 16, new_tokens = 256, reps = 3;
   uint64_t seed = 1;
@@ -102,6 +102,8 @@ int cmd_attn(int argc, char** argv) {
       ("dtype", po::value(&dtype)->default_value("f32"), "KV storage: f32 | f16 | bf16")
       ("device", po::value(&device)->default_value("cpu"), "cpu | cuda[:N]")
       ("seed", po::value(&seed)->default_value(1), "workload seed")
+      ("keys", po::value(&keys)->default_value("random"),
+       "random | similar: realistic adjacent-key similarity (reference/long_context.hpp)")
       ("reps", po::value(&reps)->default_value(3), "repetitions of the dense kernel timed for the ratio")
       ("plugin-dir", po::value(&plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", "print JSON instead of a table");
@@ -151,6 +153,11 @@ int cmd_attn(int argc, char** argv) {
   spec.new_tokens = new_tokens;
   spec.seed = seed;
   spec.timing_reps = reps;
+  if (keys != "random" && keys != "similar") {
+    std::fprintf(stderr, "sieve attn: --keys must be random or similar, got '%s'\n", keys.c_str());
+    return 2;
+  }
+  spec.similar_keys = keys == "similar";
 
   runtime::DiscoveryOptions dopt;
   dopt.plugin_dirs = plugin_dirs;

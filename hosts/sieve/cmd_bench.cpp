@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #ifdef SIEVE_HAVE_BENCH
+#include "sieve/bench/policy.hpp"
 #include "sieve/bench/suite.hpp"
 #endif
 
@@ -23,6 +24,9 @@ int cmd_bench(int argc, char** argv) {
   std::fprintf(stderr, "sieve bench: this build has no benchmarks (configure with -DSIEVE_BUILD_BENCH=ON)\n");
   return 1;
 #else
+  // --policy: the policy-step benchmark, with its own options (shared with sieve_bench).
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--policy") return bench::policy_main(argc, argv, 1, "sieve bench");
   bench::SuiteOptions o;
   bool gpu_only = false, cpu_only = false, sdpa = false;
   std::vector<std::string> gbench;
@@ -39,7 +43,8 @@ int cmd_bench(int argc, char** argv) {
       ("sdpa-script", po::value(&o.sdpa_script), "the SDPA script to run (default: the source tree's)")
       ("sdpa-json", po::value(&o.sdpa_json), "read an earlier SDPA run instead")
       ("python", po::value(&o.python)->default_value("python3"), "interpreter for the SDPA script")
-      ("json", po::value(&o.json_out), "write the merged report as JSON to this file");
+      ("json", po::value(&o.json_out), "write the merged report as JSON to this file")
+      ("policy", "the policy-step benchmark instead: chains vs dense through the runtime (sieve bench --policy --help)");
   po::variables_map vm;
   try {
     // Google Benchmark's own flags (--benchmark_out=F, --benchmark_repetitions=N, ...) pass through.

@@ -1,59 +1,118 @@
 // sieve conform PLUGIN.so: the ABI conformance suite on one plugin binary (CI's gate).
-#include <boost/program_options.hpp>
+// Also the whole of the `sieve-conform` executable (hosts/conform), which is built without
+// Boost.program_options (GPU images lack it): the options are parsed by hand here.
+// Output and exit codes are a stable interface: docs/conformance.md.
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sieve/runtime/conformance.hpp>
+#include <string>
 
 #include "commands.hpp"
 
-namespace po = boost::program_options;
-
 namespace sieve::cli {
 
+namespace {
+
+const char* kUsage =
+    "usage: sieve conform PLUGIN.so [options]\n"
+    "\n"
+    "Run the ABI conformance checks on a plugin binary. Exit status: 0 every check passed or was\n"
+    "skipped, 1 a check failed, 2 bad usage. docs/conformance.md describes checks and --json.\n"
+    "\n"
+    "  --json                   machine-readable report on stdout (schema sieve.conform/1)\n"
+    "  --param NAME=VALUE       a plugin parameter for every check that creates the plugin\n"
+    "                           (repeatable; others keep their defaults), e.g. --param weights=g.bin\n"
+    "  --geometry K=V[,K=V...]  replace declared-geometry fields: hq, hkv, d, page, dtype\n"
+    "                           (f32|f16|bf16), layers (the model's count; layer 0 runs); the\n"
+    "                           numeric part then runs that one geometry,\n"
+    "                           e.g. --geometry hq=8,hkv=4,d=8,page=16\n"
+    "  --timeout SECONDS        per part, before the child is killed (default 120)\n"
+    "  --in-process             call the plugin in this process (a crash then ends the run;\n"
+    "                           for debuggers)\n"
+    "  -h, --help               this help\n";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "sieve conform: %s\n(sieve conform --help for the options)\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
 int cmd_conform(int argc, char** argv) {
-  std::string path;
+  std::string path, geometry_text;
   bool json = false;
-  bool in_process = false;
-  po::options_description desc("sieve conform PLUGIN.so [options]\n\nRun the ABI conformance "
-                               "checks on a plugin binary; exit 0 only if every check passes");
-  desc.add_options()("help,h", "this help")("json", po::bool_switch(&json),
-                                            "machine-readable output")(
-      "in-process", po::bool_switch(&in_process),
-      "call the plugin in this process (a crash then ends the run; for debuggers)");
-  po::options_description hidden;
-  hidden.add_options()("plugin", po::value<std::string>(&path));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("plugin", 1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve conform: %s\n", e.what());
-    return 2;
+  runtime::ConformOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::string* out) {
+      const size_t eq = a.find('=');
+      if (a.rfind("--", 0) == 0 && eq != std::string::npos) {  // --opt=value
+        *out = a.substr(eq + 1);
+        return true;
+      }
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    const std::string opt = a.substr(0, a.find('='));
+    std::string v;
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--in-process") {
+      options.isolate = false;
+    } else if (opt == "--param") {
+      if (!value(&v)) return usage_error("--param needs NAME=VALUE");
+      const size_t eq = v.find('=');
+      if (eq == std::string::npos || eq == 0) return usage_error("--param '" + v + "': expected NAME=VALUE");
+      options.params.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+    } else if (opt == "--geometry") {
+      if (!value(&v)) return usage_error("--geometry needs K=V[,K=V...]");
+      std::string err;
+      if (!runtime::parse_geometry_override(v, &options.geometry, &err)) return usage_error(err);
+      geometry_text = v;
+    } else if (opt == "--timeout") {
+      if (!value(&v)) return usage_error("--timeout needs a number of seconds");
+      char* end = nullptr;
+      const long t = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || t < 1 || t > 86400) return usage_error("--timeout '" + v + "': seconds in [1, 86400]");
+      options.timeout_s = int(t);
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage_error("unknown option '" + a + "'");
+    } else if (path.empty()) {
+      path = a;
+    } else {
+      return usage_error("one plugin file at a time ('" + path + "' and '" + a + "')");
+    }
   }
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
-  if (path.empty()) {
-    std::fprintf(stderr, "sieve conform: name a plugin file: sieve conform PLUGIN.so\n");
-    return 2;
+  if (path.empty()) return usage_error("name a plugin file: sieve conform PLUGIN.so");
+  if (json) {
+    // stdout carries the report alone: log lines (the runtime's, and the plugin's through the
+    // host's log callback, in the checking children too) go to stderr.
+    spdlog::set_default_logger(spdlog::stderr_logger_mt("sieve-conform"));
+    spdlog::set_pattern("%^%l%$: %v");
   }
 
-  runtime::ConformOptions options;
-  options.isolate = !in_process;
   runtime::ConformReport report = runtime::conform(path, options);
 
   size_t passed = 0, failed = 0, skipped = 0;
   for (const auto& c : report.checks) (c.skipped ? skipped : c.passed ? passed : failed)++;
   if (json) {
-    nlohmann::json out = {{"plugin", report.plugin_path},
+    nlohmann::json params = nlohmann::json::object();
+    for (const auto& [k, val] : options.params) params[k] = val;
+    nlohmann::json out = {{"schema", "sieve.conform/1"},
+                          {"plugin", report.plugin_path},
                           {"passed", report.passed()},
-                          {"counts", {{"pass", passed}, {"fail", failed}, {"skip", skipped}}}};
+                          {"counts", {{"pass", passed}, {"fail", failed}, {"skip", skipped}}},
+                          {"options", {{"params", params}, {"geometry", geometry_text}}}};
     out["checks"] = nlohmann::json::array();
     for (const auto& c : report.checks)
       out["checks"].push_back({{"name", c.name},

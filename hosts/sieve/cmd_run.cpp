@@ -19,7 +19,7 @@ namespace sieve::cli {
 int cmd_run(int argc, char** argv) {
   po::options_description opts("sieve run: generate text with a model, attention through the runtime");
   ModelArgs ma;
-  std::string prompt, chain_text;
+  std::string prompt, chain_text, kv_trace;
   model::GenerateOptions go;
   opts.add_options()("help,h", "this help")
       ("model", po::value(&ma.model), "llama2.c checkpoint, or a safetensors model (directory, config.json or "
@@ -35,7 +35,10 @@ int cmd_run(int argc, char** argv) {
                                         "every layer; default: the core's dense attention")
       ("page-size", po::value(&ma.page_size)->default_value(16), "tokens per KV page: 16, 32 or 64")
       ("kv-dtype", po::value(&ma.kv_dtype)->default_value("f32"), "KV storage: f32 | f16 | bf16")
-      ("plugin-dir", po::value(&ma.plugin_dirs), "extra plugin directory (searched first; repeatable)");
+      ("plugin-dir", po::value(&ma.plugin_dirs), "extra plugin directory (searched first; repeatable)")
+      ("ignore-eos", po::bool_switch(), "keep generating through BOS/EOS (fixed lengths, e.g. for --kv-trace)")
+      ("kv-trace", po::value(&kv_trace), "write the store's resident KV bytes after the prefill and every decode "
+                                         "step to this CSV file (step,tokens,kv_bytes)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
@@ -56,6 +59,7 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "sieve run: --temperature must be >= 0, got %g\n", double(go.temperature));
     return 2;
   }
+  if (vm["ignore-eos"].as<bool>()) go.stop_at_bos_eos = false;
   model::EngineOptions eo;
   std::string error;
   if (!engine_options(ma, &eo, &error)) {
@@ -74,6 +78,23 @@ int cmd_run(int argc, char** argv) {
     const model::Tokenizer tok = load_tokenizer_arg(ma, w);
     model::Engine engine(w, eo, model::resolve_for_model(spec, registry, w.config, eo));
     const std::vector<int32_t> prompt_tokens = tok.encode(prompt, true, false);
+    std::FILE* trace = nullptr;
+    if (!kv_trace.empty()) {
+      trace = std::fopen(kv_trace.c_str(), "w");
+      if (!trace) fail(SIEVE_ERR_INVALID_ARGUMENT, "--kv-trace: cannot write '" + kv_trace + "'");
+      std::fprintf(trace, "step,tokens,kv_bytes\n");
+      // tokens: what the sequence holds (prompt, then one more per decode step), evicted ones included.
+      go.after_step = [&](int32_t step) {
+        std::fprintf(trace, "%d,%lld,%llu\n", step, static_cast<long long>(prompt_tokens.size()) + step,
+                     static_cast<unsigned long long>(engine.kv_bytes()));
+      };
+    }
+    struct CloseTrace {
+      std::FILE*& f;
+      ~CloseTrace() {
+        if (f) std::fclose(f);
+      }
+    } close_trace{trace};
     model::GenerationStats st;
     const auto gen = model::generate(engine, {prompt_tokens}, go, &st);
 

@@ -1,4 +1,5 @@
 // sieve — the command-line host: discovers plugins, checks them, runs chains.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -20,6 +21,9 @@ const Command kCommands[] = {
     {"run", sieve::cli::cmd_run, "generate text with a model (default: the embedded stories260K), attention through chains"},
     {"eval", sieve::cli::cmd_eval, "a chain against dense attention on a model: recall, output error, KL, agreement"},
     {"bench", sieve::cli::cmd_bench, "time the attention kernels against the measured ceilings and PyTorch SDPA"},
+    {"distill-gate", sieve::cli::cmd_distill_gate, "self-distil a SeerAttention-R gate for a model (the seer plugin's weights)"},
+    {"delta-diag", sieve::cli::cmd_delta_diag, "Δ-correction diagnostic: output cosine and attention-row Spearman vs dense, per layer"},
+    {"calibrate", sieve::cli::cmd_calibrate, "per-method calibration studies on a model (delta: which layers to make Δ-layers)"},
 };
 
 void usage(std::FILE* f) {
@@ -30,6 +34,8 @@ void usage(std::FILE* f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Logs go to stderr: stdout carries results (`--json`, generated text) that tools parse.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("sieve"));
   spdlog::set_pattern("%^%l%$: %v");
   if (argc < 2) {
     // The README's main job: the embedded model generates its story on the CPU.

@@ -254,4 +254,98 @@ __device__ inline int32_t load_kv_tile(const AttnParams& p, const KeyList& keys,
   return max_pos;
 }
 
+// ---- one online-softmax step of the tensor-core prefill kernels -------------------------------
+
+// A warp's step over 32 keys (columns c0 .. c0 + 31 of a K/V tile in shared memory): S = Q·Kᵀ for
+// its MT m16 row tiles (rows 32 * warp + 16 * mt of sq), then `logits(s)` turns the raw scores
+// s[mt][n8 block][c-fragment] into log2-domain logits in place (scale, bias; -inf where masked),
+// then the running max m, the running sum l (this lane's columns; the quad is summed at the end)
+// and the output o are rescaled and O += P·V with P straight from the score registers.
+// Shared by attention_prefill_mma.cu and the deltakv plugin's tensor-core kernel.
+template <class T, int D, int MT, class Logits>
+__device__ __forceinline__ void softmax_step32(const T* sq, const T* tk, const T* tv, int c0, int warp,
+                                               int lane, float (&o)[MT][D / 8][4], float (&m)[MT][2],
+                                               float (&l)[MT][2], Logits&& logits) {
+  constexpr int S = smem_stride<D>();
+  constexpr int KS = D / 16;
+  constexpr int NB = D / 8;
+  constexpr int HB = 4;  // n8 blocks in 32 keys
+  float s[MT][HB][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nb = 0; nb < HB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nb][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+    uint32_t qa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      ldmatrix_x4(qa[mt], sq + (warp * 32 + mt * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < HB / 2; ++np) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, tk + (c0 + np * 16 + (lane & 7) + (lane >> 4) * 8) * S + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
+        mma16816<T>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+      }
+    }
+  }
+  logits(s);
+
+  uint32_t pa[MT][HB / 2][4];  // P as the A operand of P·V, per 16-key step
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = -__builtin_huge_valf();
+#pragma unroll
+      for (int nb = 0; nb < HB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * hf], s[mt][nb][2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[mt][hf], mx);
+      const float m_use = m_new == -__builtin_huge_valf() ? 0.f : m_new;  // nothing visible yet: p = 0
+      const float alpha = exp2f(m[mt][hf] - m_use);
+      m[mt][hf] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < HB; ++nb)
+#pragma unroll
+        for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+          s[mt][nb][e] = exp2f(s[mt][nb][e] - m_use);
+          sum += s[mt][nb][e];
+        }
+      l[mt][hf] = l[mt][hf] * alpha + sum;
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb) {
+        o[mt][nb][2 * hf] *= alpha;
+        o[mt][nb][2 * hf + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < HB / 2; ++ks) {
+      pa[mt][ks][0] = pack2<T>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+      pa[mt][ks][1] = pack2<T>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+      pa[mt][ks][2] = pack2<T>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+      pa[mt][ks][3] = pack2<T>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+    }
+  }
+#pragma unroll
+  for (int ks = 0; ks < HB / 2; ++ks) {
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, tv + (c0 + ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + np * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma16816<T>(o[mt][2 * np], pa[mt][ks], vb[0], vb[1]);
+        mma16816<T>(o[mt][2 * np + 1], pa[mt][ks], vb[2], vb[3]);
+      }
+    }
+  }
+}
+
 }  // namespace sieve::kernels::cuda::mma

@@ -41,7 +41,6 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnParams p, int32_t tile_tokens) {
   using L = PrefillMmaSmem<D>;
   constexpr int S = L::S;
-  constexpr int KS = D / 16;
   constexpr int NB = D / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   T* sq = reinterpret_cast<T*>(smem);
@@ -154,101 +153,29 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
 #pragma unroll 1
       for (int half = 0; half < 2; ++half) {
         const int c0 = half * kHalfKeys;  // first key column of this half
-        float s[kMT][kHB][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int nb = 0; nb < kHB; ++nb)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mt][nb][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < KS; ++kk) {
-          uint32_t qa[kMT][4];
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt)
-            ldmatrix_x4(qa[mt], sq + (warp * 32 + mt * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-          for (int np = 0; np < kHB / 2; ++np) {
-            uint32_t kb[4];
-            ldmatrix_x4(kb, tk + (c0 + np * 16 + (lane & 7) + (lane >> 4) * 8) * S + kk * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              mma16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
-              mma16816<T>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
-            }
-          }
-        }
-
-        if (need_mask) {
-#pragma unroll
-          for (int nb = 0; nb < kHB; ++nb)
-#pragma unroll
-            for (int e1 = 0; e1 < 2; ++e1) {
-              const int32_t kpos = kp[c0 + nb * 8 + 2 * t + e1];  // INT32_MAX when invalid
-#pragma unroll
-              for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf)
-                  if (kpos > qpos[mt][hf]) s[mt][nb][2 * hf + e1] = kNegInf;
-            }
-        }
-
-        uint32_t pa[kMT][kHB / 2][4];  // P as the A operand of P·V, per 16-key step
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            float mx = kNegInf;
-#pragma unroll
-            for (int nb = 0; nb < kHB; ++nb) {
-              s[mt][nb][2 * hf] *= p.scale_log2;
-              s[mt][nb][2 * hf + 1] *= p.scale_log2;
-              mx = fmaxf(mx, fmaxf(s[mt][nb][2 * hf], s[mt][nb][2 * hf + 1]));
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[mt][hf], mx);
-            const float m_use = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0
-            const float alpha = exp2f(m[mt][hf] - m_use);
-            m[mt][hf] = m_new;
-            float sum = 0.f;
+        // S = Q·Kᵀ, then mask (a key past a row's position or invalid) and scale to log2 logits,
+        // then the online softmax and O += P·V (attention_mma.cuh).
+        softmax_step32<T, D, kMT>(sq, tk, tv, c0, warp, lane, o, m, l, [&](float (&s)[kMT][kHB][4]) {
+          if (need_mask) {
 #pragma unroll
             for (int nb = 0; nb < kHB; ++nb)
 #pragma unroll
-              for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
-                s[mt][nb][e] = exp2f(s[mt][nb][e] - m_use);
-                sum += s[mt][nb][e];
+              for (int e1 = 0; e1 < 2; ++e1) {
+                const int32_t kpos = kp[c0 + nb * 8 + 2 * t + e1];  // INT32_MAX when invalid
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                  for (int hf = 0; hf < 2; ++hf)
+                    if (kpos > qpos[mt][hf]) s[mt][nb][2 * hf + e1] = kNegInf;
               }
-            l[mt][hf] = l[mt][hf] * alpha + sum;  // this lane's columns; the quad is summed at the end
-#pragma unroll
-            for (int nb = 0; nb < NB; ++nb) {
-              o[mt][nb][2 * hf] *= alpha;
-              o[mt][nb][2 * hf + 1] *= alpha;
-            }
           }
 #pragma unroll
-          for (int ks = 0; ks < kHB / 2; ++ks) {
-            pa[mt][ks][0] = pack2<T>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-            pa[mt][ks][1] = pack2<T>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-            pa[mt][ks][2] = pack2<T>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-            pa[mt][ks][3] = pack2<T>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
-          }
-        }
-
-        // O += P·V, 16 keys per step.
+          for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int ks = 0; ks < kHB / 2; ++ks) {
+            for (int nb = 0; nb < kHB; ++nb)
 #pragma unroll
-          for (int np = 0; np < D / 16; ++np) {
-            uint32_t vb[4];
-            ldmatrix_x4_trans(vb, tv + (c0 + ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + np * 16 + (lane >> 4) * 8);
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              mma16816<T>(o[mt][2 * np], pa[mt][ks], vb[0], vb[1]);
-              mma16816<T>(o[mt][2 * np + 1], pa[mt][ks], vb[2], vb[3]);
-            }
-          }
-        }
+              for (int e = 0; e < 4; ++e) s[mt][nb][e] *= p.scale_log2;
+        });
       }
     }
   }

@@ -59,6 +59,7 @@ std::vector<Generation> generate(Engine& engine, const std::vector<std::vector<i
   auto t0 = clock::now();
   engine.prefill(ids, prompts, &logits);
   s.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  if (o.after_step) o.after_step(0);
 
   // Running sequences: index into prompts; their next token to feed.
   std::vector<size_t> running;
@@ -83,6 +84,7 @@ std::vector<Generation> generate(Engine& engine, const std::vector<std::vector<i
     running.clear();
     next.clear();
     engine.decode(seqs, feed, &logits);
+    if (o.after_step) o.after_step(int32_t(engine.decode_steps()));
     for (size_t b = 0; b < was.size(); ++b) take(was[b], std::span<const float>(logits).subspan(b * V, V));
   }
   s.decode_seconds = std::chrono::duration<double>(clock::now() - t0).count();

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sieve/model/llama2c.hpp"
+#include "sieve/model/safetensors_file.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/half.hpp"
 
@@ -22,91 +23,16 @@ namespace {
   fail(SIEVE_ERR_INVALID_ARGUMENT, "model '" + file + "': " + what);
 }
 
-struct TensorEntry {
-  std::string file;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0;  // absolute file offsets
-};
+using TensorEntry = SafetensorsEntry;
 
-// Parse one .safetensors header; every tensor's extent is checked against the file.
 void read_header(const std::string& file, std::map<std::string, TensorEntry>* out) {
-  std::ifstream f(file, std::ios::binary | std::ios::ate);
-  if (!f) fail(SIEVE_ERR_NOT_FOUND, "model '" + file + "': cannot open: " + std::strerror(errno));
-  const uint64_t size = uint64_t(f.tellg());
-  if (size < 8) refuse(file, "truncated safetensors file: " + std::to_string(size) + " bytes, the header length alone is 8");
-  f.seekg(0);
-  unsigned char len_bytes[8];
-  f.read(reinterpret_cast<char*>(len_bytes), 8);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  if (n > size - 8)
-    refuse(file, "truncated safetensors file: the header claims " + std::to_string(n) + " bytes, " +
-                     std::to_string(size - 8) + " follow");
-  std::string text(size_t(n), '\0');
-  f.read(text.data(), std::streamsize(n));
-  json h;
-  try {
-    h = json::parse(text);
-  } catch (const std::exception& e) {
-    refuse(file, std::string("safetensors header is not JSON: ") + e.what());
-  }
-  if (!h.is_object()) refuse(file, "safetensors header is not a JSON object");
-  const uint64_t data_start = 8 + n, data_size = size - data_start;
-  for (auto it = h.begin(); it != h.end(); ++it) {
-    if (it.key() == "__metadata__") continue;
-    const json& t = it.value();
-    const std::string where = "tensor '" + it.key() + "': ";
-    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets") ||
-        !t["dtype"].is_string() || !t["shape"].is_array() || !t["data_offsets"].is_array() ||
-        t["data_offsets"].size() != 2)
-      refuse(file, where + "needs dtype, shape and data_offsets [begin, end]");
-    TensorEntry e;
-    e.file = file;
-    e.dtype = t["dtype"].get<std::string>();
-    uint64_t elems = 1;
-    for (const auto& s : t["shape"]) {
-      if (!s.is_number_unsigned()) refuse(file, where + "shape entries must be non-negative integers");
-      e.shape.push_back(s.get<int64_t>());
-      elems *= s.get<uint64_t>();
-    }
-    if (!t["data_offsets"][0].is_number_unsigned() || !t["data_offsets"][1].is_number_unsigned())
-      refuse(file, where + "data_offsets must be non-negative integers");
-    const uint64_t b = t["data_offsets"][0].get<uint64_t>(), en = t["data_offsets"][1].get<uint64_t>();
-    if (b > en || en > data_size)
-      refuse(file, where + "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
-                       "] fall outside the " + std::to_string(data_size) + " data bytes (truncated file?)");
-    const uint64_t elem_bytes = e.dtype == "F32" ? 4 : (e.dtype == "F16" || e.dtype == "BF16") ? 2 : 0;
-    if (elem_bytes && elems * elem_bytes != en - b)
-      refuse(file, where + std::to_string(en - b) + " bytes for " + std::to_string(elems) + " " + e.dtype +
-                       " elements");
-    e.begin = data_start + b;
-    e.end = data_start + en;
-    (*out)[it.key()] = std::move(e);
-  }
+  SafetensorsHeader h;
+  read_safetensors_header(file, &h, "model");
+  for (auto& [name, e] : h.tensors) (*out)[name] = std::move(e);
 }
 
 std::vector<float> read_tensor(const TensorEntry& e, const std::string& name) {
-  std::ifstream f(e.file, std::ios::binary);
-  if (!f) fail(SIEVE_ERR_NOT_FOUND, "model '" + e.file + "': cannot open: " + std::strerror(errno));
-  std::vector<unsigned char> raw(size_t(e.end - e.begin));
-  f.seekg(std::streamoff(e.begin));
-  if (!raw.empty() && !f.read(reinterpret_cast<char*>(raw.data()), std::streamsize(raw.size())))
-    refuse(e.file, "tensor '" + name + "': read failed (truncated file?)");
-  std::vector<float> v;
-  if (e.dtype == "F32") {
-    v.resize(raw.size() / 4);
-    std::memcpy(v.data(), raw.data(), raw.size());
-  } else if (e.dtype == "F16" || e.dtype == "BF16") {
-    v.resize(raw.size() / 2);
-    for (size_t i = 0; i < v.size(); ++i) {
-      const uint16_t h = uint16_t(raw[2 * i] | (raw[2 * i + 1] << 8));
-      v[i] = e.dtype == "F16" ? f16_to_f32(h) : bf16_to_f32(h);
-    }
-  } else {
-    refuse(e.file, "tensor '" + name + "' has dtype " + e.dtype + "; supported: F32, F16, BF16");
-  }
-  return v;
+  return read_safetensors_tensor(e, name, "model");
 }
 
 template <class T>

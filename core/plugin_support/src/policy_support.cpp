@@ -7,6 +7,7 @@
 #include <new>
 
 #include "sieve/plugin/policy_api.hpp"
+#include "sieve/util/error.hpp"
 #include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
 
@@ -25,6 +26,9 @@ sieve_status current_exception_status(std::string& message) noexcept {
     } catch (const Error& e) {
       message = e.what();
       return e.status() == SIEVE_OK ? SIEVE_ERR_INTERNAL : e.status();
+    } catch (const sieve::Error& e) {  // from sieve_util / internal libraries (core/selection)
+      message = e.what();
+      return e.status == SIEVE_OK ? SIEVE_ERR_INTERNAL : e.status;
     } catch (const std::bad_alloc&) {
       message = "out of host memory";
       return SIEVE_ERR_OUT_OF_MEMORY;

@@ -37,16 +37,25 @@ std::string fmt(double v) {
 
 // Geometries the plugin declares: GQA 1/2/4/8, head dims 8/64/128, the first page size it lists
 // among 16/32/64, ragged contexts (a last page of 1, 5, and a sequence shorter than a page).
-std::vector<Config> configs(const sieve_policy_descriptor& d, uint32_t phase) {
+// With a --geometry override: that one geometry (fields not given as declared_geometry picks them).
+std::vector<Config> configs(const sieve_policy_descriptor& d, uint32_t phase, const GeometryOverride& o) {
   int32_t page = 0;
   for (int32_t p : {16, 32, 64})
     if (!page && listed(d.page_sizes, d.n_page_sizes, p)) page = p;
+  if (o.page_size) page = o.page_size;
   std::vector<Config> out;
   if (!page) return out;
   const bool prefill = phase == SIEVE_PHASE_PREFILL;
   const std::vector<int32_t> ctx = prefill ? std::vector<int32_t>{3 * page + 5, page - 3}
                                            : std::vector<int32_t>{9 * page + 1, 2 * page + 5, page - 3};
   const int32_t new_tokens = prefill ? 2 * page + 3 : 1;
+  if (o.any()) {
+    const sieve_geometry g = declared_geometry(d, o);
+    const int32_t hkv = o.n_kv_heads ? o.n_kv_heads : o.n_q_heads ? (o.n_q_heads % 2 ? 1 : 2) : 2;
+    const int32_t hq = o.n_q_heads ? o.n_q_heads : 4 * hkv;
+    out.push_back({hq, hkv, g.head_dim, page, ctx, new_tokens, g.kv_dtype});
+    return out;
+  }
   for (int32_t dim : {8, 64, 128}) {
     if (!listed(d.head_dims, d.n_head_dims, dim)) continue;
     for (int32_t group : {1, 2, 4, 8}) {
@@ -68,11 +77,11 @@ std::string config_name(const Config& c) {
 }
 
 void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevice device, uint32_t phase,
-                    ConformReport* report) {
+                    const ConformOptions& options, ConformReport* report) {
   const sieve_policy_descriptor& desc = *plugin.descriptor();
   const std::string phase_name = phase == SIEVE_PHASE_PREFILL ? "prefill" : "decode";
   const std::string name = "numeric_" + std::string(device.device_type == kDLCUDA ? "cuda" : "cpu") + "_" + phase_name;
-  const auto cfgs = configs(desc, phase);
+  const auto cfgs = configs(desc, phase, options.geometry);
   if (cfgs.empty()) {
     report->skip(name, "no declared head dim among 8/64/128 or page size among 16/32/64");
     return;
@@ -83,6 +92,8 @@ void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevi
     report->fail(name, "chain for the plugin: " + error);
     return;
   }
+  chain.instances.at(0).params = options.params;  // --param (the schema's defaults otherwise)
+  chain.instances.at(0).params_given = !options.params.empty();
   double worst_kernel = 0, worst_dense = 0, min_recall = 1;
   uint64_t hook_allocs = 0;
   std::string worst_cfg;
@@ -97,6 +108,7 @@ void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevi
     s.n_kv_heads = c.hkv;
     s.head_dim = c.d;
     s.page_size = c.page;
+    s.n_layers = options.geometry.n_layers ? options.geometry.n_layers : 1;
     s.context = c.context;
     s.new_tokens = c.new_tokens;
     s.kv_dtype = c.dtype;
@@ -142,15 +154,15 @@ void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevi
 }
 
 // Hooks called with missing arguments must answer with a status (the child process survives).
-void error_path_checks(const LoadedPlugin& plugin, ConformReport* report) {
+void error_path_checks(const LoadedPlugin& plugin, const ConformOptions& options, ConformReport* report) {
   const sieve_policy_api& api = *plugin.policy();
   ParamValues values;
   std::vector<std::string> errors;
-  if (!parse_params(ParamSchema::of(api), {}, &values, &errors)) {
-    report->fail("hooks_reject_null_arguments", "defaults do not parse: " + (errors.empty() ? "" : errors[0]));
+  if (!parse_params(ParamSchema::of(api), options.params, &values, &errors)) {
+    report->fail("hooks_reject_null_arguments", "parameters do not parse: " + (errors.empty() ? "" : errors[0]));
     return;
   }
-  const sieve_geometry g = declared_geometry(*plugin.descriptor());
+  const sieve_geometry g = declared_geometry(*plugin.descriptor(), options.geometry);
   if (g.device.device_type == kDLCUDA && cuda_devices() == 0) {
     report->skip("hooks_reject_null_arguments", "the plugin runs on CUDA only and this machine has no usable CUDA device");
     return;
@@ -191,7 +203,7 @@ void error_path_checks(const LoadedPlugin& plugin, ConformReport* report) {
 
 }  // namespace
 
-void conform_numeric(const LoadedPlugin& plugin, ConformReport* report) {
+void conform_numeric(const LoadedPlugin& plugin, ConformReport* report, const ConformOptions& options) {
   const sieve_policy_descriptor* desc = plugin.descriptor();
   if (!plugin.policy() || !desc) {
     report->skip("numeric", "the plugin ships no policy");
@@ -212,8 +224,8 @@ void conform_numeric(const LoadedPlugin& plugin, ConformReport* report) {
   }
   for (DLDevice dev : devices)
     for (uint32_t phase : {uint32_t(SIEVE_PHASE_DECODE), uint32_t(SIEVE_PHASE_PREFILL)})
-      if (desc->phases & phase) numeric_checks(plugin, registry, dev, phase, report);
-  error_path_checks(plugin, report);
+      if (desc->phases & phase) numeric_checks(plugin, registry, dev, phase, options, report);
+  error_path_checks(plugin, options, report);
 }
 
 }  // namespace sieve::runtime

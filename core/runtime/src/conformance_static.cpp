@@ -22,7 +22,8 @@ namespace sieve::runtime {
 
 // conformance_numeric.cpp defines this in the same library; in a build without it, the
 // weak reference stays NULL and conform() reports the numeric part as not available.
-[[gnu::weak]] void conform_numeric(const LoadedPlugin& plugin, ConformReport* report);
+[[gnu::weak]] void conform_numeric(const LoadedPlugin& plugin, ConformReport* report,
+                                   const ConformOptions& options);
 
 bool ConformReport::passed() const {
   if (checks.empty()) return false;
@@ -317,7 +318,8 @@ const std::vector<std::string>& static_check_names() {
 
 class StaticChecks {
  public:
-  StaticChecks(const std::string& path, CheckSink& s) : path_(path), s_(s) {}
+  StaticChecks(const std::string& path, CheckSink& s, const ConformOptions& options)
+      : path_(path), s_(s), options_(options) {}
 
   void run() {
     std::string why = check_elf_file(path_);
@@ -520,8 +522,12 @@ class StaticChecks {
   void validate_checks() {
     const auto& d = *table_->policy->descriptor;
     std::vector<std::string> errors;
-    parse_params(ParamSchema::of(*table_->policy), {}, &defaults_, &errors);  // schema passed
-    const sieve_geometry g = declared_geometry(d);
+    // The schema passed, so its defaults parse; --param values may not.
+    if (!parse_params(ParamSchema::of(*table_->policy), options_.params, &defaults_, &errors)) {
+      fail("validate_accepts_declared", "--param values refused: " + join(errors));
+      return skip_rest("the --param values do not fit the schema");
+    }
+    const sieve_geometry g = declared_geometry(d, options_.geometry);
     validate_case("validate_accepts_declared", g, true, "declared geometry (" + geometry_text(g) + ")");
 
     sieve_geometry b = g;
@@ -610,7 +616,7 @@ class StaticChecks {
 
   void create_checks() {
     const auto* api = table_->policy;
-    const sieve_geometry g = declared_geometry(*api->descriptor);
+    const sieve_geometry g = declared_geometry(*api->descriptor, options_.geometry);
     mark("create_rejects_missing_values");
     if (api->n_params == 0)
       skip("create_rejects_missing_values", "the schema has no parameters");
@@ -624,6 +630,7 @@ class StaticChecks {
 
   std::string path_;
   CheckSink& s_;
+  const ConformOptions& options_;
   PluginLibrary lib_;
   const sieve_plugin* table_ = nullptr;
   ParamValues defaults_;
@@ -656,10 +663,57 @@ sieve_geometry declared_geometry(const sieve_policy_descriptor& d) {
   return g;
 }
 
+sieve_geometry declared_geometry(const sieve_policy_descriptor& d, const GeometryOverride& o) {
+  sieve_geometry g = declared_geometry(d);
+  if (o.n_q_heads) g.n_q_heads = o.n_q_heads;
+  if (o.n_kv_heads) g.n_kv_heads = o.n_kv_heads;
+  if (o.head_dim) g.head_dim = g.rope_dim = o.head_dim;
+  if (o.page_size) g.page_size = o.page_size;
+  if (o.kv_dtype.bits) g.kv_dtype = o.kv_dtype;
+  if (o.n_layers) g.n_layers = o.n_layers;
+  return g;
+}
+
+bool parse_geometry_override(const std::string& text, GeometryOverride* out, std::string* error) {
+  GeometryOverride g;
+  auto bad = [&](const std::string& m) {
+    if (error) *error = "--geometry '" + text + "': " + m;
+    return false;
+  };
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) return bad("'" + item + "' is not key=value");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "dtype") {
+      if (value == "f32") g.kv_dtype = DLDataType{kDLFloat, 32, 1};
+      else if (value == "f16") g.kv_dtype = DLDataType{kDLFloat, 16, 1};
+      else if (value == "bf16") g.kv_dtype = DLDataType{kDLBfloat, 16, 1};
+      else return bad("dtype '" + value + "': allowed are f32, f16, bf16");
+      continue;
+    }
+    int32_t* field = key == "hq" ? &g.n_q_heads : key == "hkv" ? &g.n_kv_heads : key == "d" ? &g.head_dim
+                   : key == "page" ? &g.page_size : key == "layers" ? &g.n_layers : nullptr;
+    if (!field) return bad("unknown key '" + key + "': allowed are hq, hkv, d, page, dtype, layers");
+    char* end = nullptr;
+    const long v = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end || v < 1 || v > 65536) return bad(key + " = '" + value + "': an integer in [1, 65536]");
+    *field = int32_t(v);
+  }
+  if (g.n_q_heads && g.n_kv_heads && g.n_q_heads % g.n_kv_heads)
+    return bad("hq " + std::to_string(g.n_q_heads) + " is not a multiple of hkv " + std::to_string(g.n_kv_heads));
+  *out = g;
+  return true;
+}
+
 ConformReport conform_static(const std::string& path, const ConformOptions& options) {
   ConformReport report;
   report.plugin_path = path;
-  run_isolated([&](CheckSink& sink) { StaticChecks(path, sink).run(); }, "static",
+  run_isolated([&](CheckSink& sink) { StaticChecks(path, sink, options).run(); }, "static",
                static_check_names(), options, &report);
   return report;
 }
@@ -698,7 +752,7 @@ ConformReport conform(const std::string& path, const ConformOptions& options) {
         sink.begin("numeric");
         ConformReport part;
         part.plugin_path = path;
-        conform_numeric(plugin, &part);
+        conform_numeric(plugin, &part, options);
         for (const auto& c : part.checks) sink.done(c);
         sink.end();
       },

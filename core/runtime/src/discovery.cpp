@@ -28,6 +28,13 @@ std::string exe_relative_plugin_dir() {
   return (exe.parent_path() / ".." / "lib" / "sieve" / "plugins").lexically_normal().string();
 }
 
+std::string library_relative_plugin_dir() {
+  std::error_code ec;
+  fs::path lib = boost::dll::this_line_location(ec);  // libsieve_runtime.so itself
+  if (ec || lib.empty()) return {};
+  return (lib.parent_path() / "sieve" / "plugins").lexically_normal().string();
+}
+
 std::string install_plugin_dir() { return SIEVE_INSTALL_PLUGIN_DIR; }
 
 std::vector<SearchDir> plugin_search_path(const DiscoveryOptions& options) {
@@ -51,6 +58,10 @@ std::vector<SearchDir> plugin_search_path(const DiscoveryOptions& options) {
   if (options.use_exe_dir) {
     std::string d = exe_relative_plugin_dir();
     if (!d.empty()) dirs.push_back({d, "executable"});
+  }
+  if (options.use_exe_dir) {  // in a build tree or an install, the same directory as above
+    std::string d = library_relative_plugin_dir();
+    if (!d.empty()) dirs.push_back({d, "library"});
   }
   if (options.use_install_dir) dirs.push_back({install_plugin_dir(), "install"});
 

@@ -222,7 +222,12 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     int32_t max_pages = 0;
     for (int32_t b = 0; b < in.batch; ++b) max_pages = std::max(max_pages, kernels::kv_pages(view, b));
     const int64_t rows_cap = int64_t(n_new) * geometry_.n_q_heads;
-    const int64_t capacity = std::max<int64_t>(rows_cap * max_pages, 1);
+    // min_selection_q_block > 1 sizes the indices for rows of query blocks that large (long prefill).
+    const int64_t sel_rows =
+        options_.min_selection_q_block > 1
+            ? std::min<int64_t>(rows_cap, (int64_t(n_new) / options_.min_selection_q_block + in.batch) * geometry_.n_q_heads)
+            : rows_cap;
+    const int64_t capacity = std::max<int64_t>(sel_rows * max_pages, 1);
     ensure(sel_indptr_, size_t(rows_cap + 1) * 4);
     ensure(sel_indices_, size_t(capacity) * 4);
     int64_t indptr_shape[1] = {rows_cap + 1}, indices_shape[1] = {capacity};
@@ -359,6 +364,71 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
       }
     }
     return SIEVE_OK;
+  } catch (const Error& e) {
+    return failed(e.status, e.what());
+  } catch (const std::exception& e) {
+    return failed(SIEVE_ERR_INTERNAL, std::string("runtime: ") + e.what());
+  }
+}
+
+sieve_status LayerRunner::append_only(const LayerInputs& in, std::string* error) {
+  auto failed = [&](sieve_status st, const std::string& msg) {
+    if (error) *error = msg;
+    return st;
+  };
+  try {
+    if (in.layer < 0 || in.layer >= geometry_.n_layers || !in.qo_indptr_host || (in.batch > 0 && !in.seq_ids))
+      return failed(SIEVE_ERR_INVALID_ARGUMENT, "append_only: bad layer " + std::to_string(in.layer) +
+                                                    " or missing seq_ids / qo_indptr");
+    const int32_t L = in.layer;
+    if (in.qo_indptr_host[in.batch] == 0) return SIEVE_OK;
+    sieve_kv_append app{};
+    app.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
+    app.layer = L;
+    app.batch = in.batch;
+    app.seq_ids = in.seq_ids;
+    app.token_indptr = in.qo_indptr_host;
+    app.k = in.k;
+    app.v = in.v;
+    app.k_pre_rope = in.k_pre_rope;
+    sieve_status st = kv_api_->append(kv_, &app);
+    if (st == SIEVE_OK) {
+      const auto& chain = chains_.chain(L, in.phase);
+      if (chain.empty()) return SIEVE_OK;
+      sieve_paged_kv view{};
+      st = kv_api_->view(kv_, L, in.seq_ids, in.batch, &view);
+      if (st == SIEVE_OK) {
+        kv_len_.resize(size_t(in.batch));
+        for (int32_t b = 0; b < in.batch; ++b) kv_len_[size_t(b)] = kernels::kv_len(view, b);
+        sieve_layer_call call{};
+        call.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
+        call.layer = L;
+        call.phase = in.phase;
+        call.step = in.step;
+        call.batch = in.batch;
+        call.seq_ids = in.seq_ids;
+        call.qo_indptr = in.qo_indptr;
+        call.qo_indptr_host = in.qo_indptr_host;
+        call.kv_len_host = kv_len_.data();
+        call.q = in.q;
+        call.q_pre_rope = in.q_pre_rope;
+        call.positions_host = in.positions_host;
+        call.geometry = &geometry_;
+        call.kv = kv_;
+        call.kv_api = kv_api_;
+        call.kv_view = &view;
+        for (size_t ci : chain) {
+          const sieve_policy_api* api = chains_.instances[ci].plugin.policy();
+          served_[ci].push_back(L);
+          if (!api->on_append) continue;
+          sieve_status hs = api->on_append(handles_[ci], &call, &app);
+          if (hs != SIEVE_OK) return plugin_failed(int32_t(ci), L, "on_append", hs, error);
+        }
+        return SIEVE_OK;
+      }
+    }
+    return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) + ": " +
+                          status_text(st) + ": " + kv_api_->last_error(kv_));
   } catch (const Error& e) {
     return failed(e.status, e.what());
   } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/fidelity.hpp"
+#include "sieve/reference/long_context.hpp"
 #include "sieve/reference/workload.hpp"
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/runtime/layer_runner.hpp"
@@ -110,11 +111,16 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     ws.seed = spec.seed;
     ws.spare_pages = 0;
     reference::Workload w(ws);
+    if (spec.similar_keys) {
+      reference::LongContextSpec lc;
+      lc.seed = spec.seed;
+      reference::fill_workload(w, lc);
+    }
 
     HostServices services(spec.device);
     sieve_geometry g{};
     g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-    g.n_layers = 1;
+    g.n_layers = std::max(1, spec.n_layers);
     g.n_q_heads = spec.n_q_heads;
     g.n_kv_heads = spec.n_kv_heads;
     g.head_dim = spec.head_dim;

@@ -17,6 +17,9 @@ struct GenerateOptions {
   float temperature = 0.f;   // 0: greedy (argmax, lowest id on ties)
   uint64_t seed = 0;         // sampling seed (temperature > 0)
   bool stop_at_bos_eos = true;  // a generated BOS or EOS ends the sequence (not kept in tokens)
+  // Called after the prefill (step 0) and after every decode step (1, 2, ...), e.g. to trace the
+  // store's resident bytes (sieve run --kv-trace). Optional.
+  std::function<void(int32_t step)> after_step;
 };
 
 struct Generation {

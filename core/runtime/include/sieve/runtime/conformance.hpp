@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "sieve/runtime/loader.hpp"
+#include "sieve/runtime/params.hpp"
 
 namespace sieve::runtime {
 
@@ -38,10 +39,29 @@ struct ConformReport {
   void skip(const std::string& name, const std::string& detail);
 };
 
+// Geometry fields that replace those conformance would pick from the descriptor (0 / bits 0:
+// not given). `sieve conform --geometry hq=8,hkv=4,d=8,page=16,dtype=f32,layers=5`.
+struct GeometryOverride {
+  int32_t n_q_heads = 0, n_kv_heads = 0, head_dim = 0, page_size = 0;
+  DLDataType kv_dtype{0, 0, 0};
+  int32_t n_layers = 0;  // the model's layer count (static: 4; numeric: 1); the checks run layer 0
+  bool any() const { return n_q_heads || n_kv_heads || head_dim || page_size || kv_dtype.bits; }
+};
+
+// "hq=8,hkv=4,d=8,page=16,dtype=bf16,layers=5" (any subset, any order); false with one line in
+// *error.
+bool parse_geometry_override(const std::string& text, GeometryOverride* out, std::string* error);
+
 struct ConformOptions {
   bool isolate = true;   // run plugin code in a forked child (see above). Fork from a process
                          // that has not started OpenMP threads (libgomp is not fork-safe).
   int timeout_s = 120;   // per part, in the child; then the child is killed and the check fails
+  // The plugin's parameters for every check that validates or creates it (`--param k=v`);
+  // parameters not named keep their schema defaults. Empty: defaults only.
+  ParamPairs params;
+  // Replaces fields of the declared geometry in the static checks and makes the numeric part run
+  // that one geometry (with its usual ragged contexts) instead of its sweep.
+  GeometryOverride geometry;
 };
 
 // The static checks. Check names (stable; tests and CI refer to them):
@@ -57,13 +77,15 @@ ConformReport conform_static(const std::string& path, const ConformOptions& opti
 // A plausible geometry the descriptor declares it supports (a listed head dim and page size,
 // preferring 128 and 16; a declared dtype and device, CPU first): what conformance sets up.
 sieve_geometry declared_geometry(const sieve_policy_descriptor& descriptor);
+// declared_geometry with the fields of `geometry` that are set.
+sieve_geometry declared_geometry(const sieve_policy_descriptor& descriptor, const GeometryOverride& geometry);
 
 // True when the static checks the numeric part relies on (file through descriptor and schema)
 // all passed, so the plugin can be loaded and its hooks called.
 bool static_gate_passed(const ConformReport& report);
 
 // The numeric / device part, appended to `report` (conformance_numeric.cpp).
-void conform_numeric(const LoadedPlugin& plugin, ConformReport* report);
+void conform_numeric(const LoadedPlugin& plugin, ConformReport* report, const ConformOptions& options = {});
 
 // conform_static, then (if static_gate_passed) load the plugin and conform_numeric.
 ConformReport conform(const std::string& path, const ConformOptions& options = {});

@@ -2,7 +2,9 @@
 //   1. every explicit --plugin-dir, in the order given;
 //   2. SIEVE_PLUGIN_PATH, colon-separated (ignored in a setuid/setgid process: AT_SECURE);
 //   3. <directory of the executable>/../lib/sieve/plugins (a build tree or an install prefix);
-//   4. the install libdir, <CMAKE_INSTALL_FULL_LIBDIR>/sieve/plugins.
+//   4. <directory of libsieve_runtime.so>/sieve/plugins (a host embedding an installed runtime
+//      from anywhere: the C host API);
+//   5. the install libdir, <CMAKE_INSTALL_FULL_LIBDIR>/sieve/plugins.
 // A directory listed twice is searched once, at its first place. Plugin files are named
 // libsieve_<anything>.so; other files are ignored. Nothing here needs a GPU.
 #pragma once
@@ -15,13 +17,14 @@ namespace sieve::runtime {
 struct DiscoveryOptions {
   std::vector<std::string> plugin_dirs;  // explicit directories (--plugin-dir)
   bool use_env = true;                   // SIEVE_PLUGIN_PATH
-  bool use_exe_dir = true;               // <exe dir>/../lib/sieve/plugins
+  bool use_exe_dir = true;               // <exe dir>/../lib/sieve/plugins and
+                                         // <runtime library dir>/sieve/plugins (3. and 4.)
   bool use_install_dir = true;           // the install libdir
 };
 
 struct SearchDir {
   std::string path;
-  std::string source;  // "--plugin-dir", "SIEVE_PLUGIN_PATH", "executable", "install"
+  std::string source;  // "--plugin-dir", "SIEVE_PLUGIN_PATH", "executable", "library", "install"
 };
 
 // The ordered search path. Directories that do not exist are kept (listing says so); duplicates
@@ -37,6 +40,9 @@ bool running_secure();
 
 // The directory discovery derives from the executable: <exe dir>/../lib/sieve/plugins.
 std::string exe_relative_plugin_dir();
+
+// The directory discovery derives from the runtime library: <its dir>/sieve/plugins.
+std::string library_relative_plugin_dir();
 
 // The compiled-in install directory.
 std::string install_plugin_dir();

@@ -57,6 +57,10 @@ class LayerRunner {
   struct Options {
     bool check = true;             // validate selections and outputs (see above)
     bool record_selections = false;  // keep a SelectionSnapshot per layer
+    // Selection indices are sized for the worst case, q_block 1 (n_new * n_q_heads * pages
+    // entries: 137 GB for a 128K-token prefill of 32 heads); > 1 sizes them for query blocks of
+    // at least this many tokens (a policy with smaller blocks then gets SIEVE_ERR_CAPACITY).
+    int32_t min_selection_q_block = 1;
   };
 
   // Creates every instance of `chains` (policy create; an empty chain of a layer means dense
@@ -71,6 +75,14 @@ class LayerRunner {
   // Append the layer's new K/V and compute its attention into `out` ([n_new, n_q_heads,
   // head_dim] on the attention device). On failure: the status and one line in *error.
   sieve_status run_layer(const LayerInputs& in, DLTensor* out, std::string* error);
+
+  // Only step 1 of run_layer: append the layer's new K/V and run the on_append hooks of the
+  // layer's chain for in.phase, computing no attention (a benchmark fills a long context this way
+  // at the cost of the appends; in.q may be null: on_append must not read it).
+  sieve_status append_only(const LayerInputs& in, std::string* error);
+
+  // Turn Options::record_selections on or off between calls (a benchmark records one untimed step).
+  void set_record_selections(bool on) { options_.record_selections = on; }
 
   // The step is over for these sequences: each instance that served a layer gets end_step once.
   sieve_status end_step(uint32_t phase, uint64_t step, const int32_t* seq_ids, int32_t batch,

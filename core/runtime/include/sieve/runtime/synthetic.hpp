@@ -19,6 +19,7 @@ namespace sieve::runtime {
 struct SyntheticSpec {
   uint32_t phase = SIEVE_PHASE_DECODE;
   int32_t n_q_heads = 32, n_kv_heads = 8, head_dim = 128, page_size = 16;
+  int32_t n_layers = 1;  // the model's layer count (policies may check it); the call runs layer 0
   std::vector<int32_t> context = {4096};  // tokens per sequence after the call (ragged allowed)
   int32_t new_tokens = 1;                  // per sequence in prefill (clipped to the context)
   DLDataType kv_dtype{kDLFloat, 32, 1};
@@ -26,6 +27,9 @@ struct SyntheticSpec {
   uint64_t seed = 1;
   int32_t timing_reps = 3;  // repetitions of the dense core kernel timed for the ratio
   bool check = true;        // LayerRunner checks (selection contents, finite outputs)
+  // Keys/queries/values from reference::make_long_context (realistic adjacent-token similarity,
+  // RoPE, sink, heavy runs; seed = seed + sequence) instead of Workload's random ones.
+  bool similar_keys = false;
 };
 
 struct SyntheticReport {

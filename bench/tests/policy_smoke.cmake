@@ -1,0 +1,151 @@
+# CTest: `sieve_bench --policy --device cpu` at tiny sizes, dense vs streaming, decode and prefill;
+# then checks that the JSON has every field with plausible values (a real run: fails if the
+# benchmark fails, writes no JSON, loses a row, or reports numbers that cannot be right).
+#   cmake -DBENCH=<sieve_bench> -DPLUGINS=<plugin dir> -DOUT=<dir> [-DDEVICE=cuda] -P policy_smoke.cmake
+# With DEVICE=cuda (bf16, head_dim 64) it prints POLICY_SMOKE_SKIPPED and stops when there is no
+# CUDA device (the test's SKIP_REGULAR_EXPRESSION).
+cmake_minimum_required(VERSION 3.25)
+file(MAKE_DIRECTORY ${OUT})
+if(NOT DEVICE)
+  set(DEVICE cpu)
+endif()
+if(DEVICE STREQUAL "cuda")
+  set(DT --dtype bf16)
+  set(D1 64)
+  set(D2 64)
+  execute_process(COMMAND ${BENCH} --policy --device cuda --ctx 16 --hq 4 --hkv 2 --d 64 --steps 1
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(err MATCHES "no CUDA device")
+    message(STATUS "POLICY_SMOKE_SKIPPED: ${err}")
+    return()
+  endif()
+else()
+  set(DT --dtype f32)
+  set(D1 32)
+  set(D2 16)
+endif()
+
+function(fail what)
+  message(FATAL_ERROR "policy bench check failed: ${what}")
+endfunction()
+
+# The number at results[i].key into `var`; fails when it is missing or not a number > 0.
+function(positive var i key)
+  string(JSON v ERROR_VARIABLE e GET "${text}" results ${i} ${key})
+  if(e OR NOT v MATCHES "^[0-9.eE+-]+$" OR NOT v GREATER 0)
+    fail("results[${i}].${key} = '${v}' is not a positive number ${e}")
+  endif()
+  set(${var} ${v} PARENT_SCOPE)
+endfunction()
+
+function(run_bench name)
+  set(json ${OUT}/${name}.json)
+  file(REMOVE ${json})
+  execute_process(COMMAND ${BENCH} --policy --device ${DEVICE} --plugin-dir ${PLUGINS} --json ${json} ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message(STATUS "${name}:\n${out}${err}")
+  if(NOT rc EQUAL 0)
+    fail("sieve_bench --policy (${name}) exited with ${rc}")
+  endif()
+  file(READ ${json} text)
+  set(text "${text}" PARENT_SCOPE)
+endfunction()
+
+# ---- decode: 2 layers, 2 contexts x 2 batches, dense + streaming ------------------------------
+run_bench(decode --phase decode --layers 2 --hq 4 --hkv 2 --d ${D1} --page 16 ${DT}
+          --ctx 256,320 --batch 1,2 --steps 3 --warmup 1 --chain "streaming(sink=8,window=32)")
+foreach(key device date command phase)
+  string(JSON v ERROR_VARIABLE e GET "${text}" meta ${key})
+  if(e OR v STREQUAL "")
+    fail("meta.${key} missing")
+  endif()
+endforeach()
+string(JSON n LENGTH "${text}" results)
+if(NOT n EQUAL 8)  # 2 contexts x 2 batches x (dense, streaming)
+  fail("${n} rows, expected 8")
+endif()
+math(EXPR last "${n} - 1")
+foreach(i RANGE ${last})
+  string(JSON chain GET "${text}" results ${i} chain)
+  string(JSON err ERROR_VARIABLE none GET "${text}" results ${i} error)
+  if(NOT none)
+    fail("row ${i} (${chain}) failed: ${err}")
+  endif()
+  foreach(key step_ms dense_step_ms speedup_vs_dense core_ms core_dense_ms attended_fraction
+              resident_fraction kv_bytes batch layers context n_q_heads n_kv_heads head_dim samples)
+    positive(v ${i} ${key})
+  endforeach()
+  string(JSON over ERROR_VARIABLE e GET "${text}" results ${i} selection_overhead_ms)
+  if(e)
+    fail("results[${i}].selection_overhead_ms missing")
+  endif()
+  positive(att ${i} attended_fraction)
+  positive(res ${i} resident_fraction)
+  if(res LESS 0.999 OR res GREATER 1.001)
+    fail("row ${i}: nothing evicts, resident fraction ${res}")
+  endif()
+  if(chain STREQUAL "dense")
+    if(att LESS 0.999 OR att GREATER 1.001)
+      fail("dense row ${i} attends ${att} of the keys")
+    endif()
+  else()
+    # Exactly, after the 1 + 3 steps and the recorded one (5 tokens appended): the sink page (16
+    # keys) + the pages of the last 32 positions (16 + 16 + 5 keys) = 53 of 261 (ctx 256) or of
+    # 325 (ctx 320) keys.
+    string(JSON ctx GET "${text}" results ${i} context)
+    math(EXPR logical "${ctx} + 5")
+    if(logical EQUAL 261)
+      set(want 0.2030651)
+      set(lo 0.2030641)
+      set(hi 0.2030661)
+    else()
+      set(want 0.1630769)
+      set(lo 0.1630759)
+      set(hi 0.1630779)
+    endif()
+    if(att LESS lo OR att GREATER hi)
+      fail("streaming row ${i} (ctx ${ctx}) attends ${att} of the keys, expected 53/${logical} = ${want}")
+    endif()
+  endif()
+endforeach()
+
+# ---- prefill: the last 64 of 200 tokens, dense + streaming -------------------------------------
+run_bench(prefill --phase prefill --layers 1 --hq 4 --hkv 1 --d ${D2} --page 16 ${DT}
+          --ctx 200 --new 64 --batch 2 --samples 2 --chain "prefill:*=streaming(sink=4,window=16)")
+string(JSON n LENGTH "${text}" results)
+if(NOT n EQUAL 2)
+  fail("${n} prefill rows, expected 2")
+endif()
+positive(att0 0 attended_fraction)
+positive(att1 1 attended_fraction)
+positive(step1 1 step_ms)
+positive(core1 1 core_ms)
+string(JSON nnew GET "${text}" results 1 new_tokens)
+if(att0 LESS 0.999 OR att1 GREATER 0.6 OR att1 LESS 0.05 OR NOT nnew EQUAL 64)
+  fail("prefill: dense attends ${att0}, streaming ${att1}, new tokens ${nnew}")
+endif()
+
+# ---- a policy that evicts (when the raas plugin is built): the context reaches its hooks -------
+# (LayerRunner::append_only calls on_append, end_step evicts to the budget: resident < 100%).
+if(WITH_RAAS)
+  run_bench(raas --phase decode --layers 2 --hq 4 --hkv 2 --d ${D1} --page 16 ${DT} --ctx 512 --batch 2
+            --steps 3 --warmup 1 --chain "decode:*=raas(token_budget=64)")
+  positive(res 1 resident_fraction)
+  positive(bytes0 0 kv_bytes)
+  positive(bytes1 1 kv_bytes)
+  if(res GREATER 0.5 OR NOT bytes1 LESS bytes0)
+    fail("raas kept ${res} of the tokens, ${bytes1} bytes against dense ${bytes0}")
+  endif()
+endif()
+
+# ---- bad input: one line and a non-zero status --------------------------------------------------
+execute_process(COMMAND ${BENCH} --policy --device ${DEVICE} --plugin-dir ${PLUGINS} --chain "nosuchpolicy" --ctx 64
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "nosuchpolicy")
+  fail("an unknown policy gave status ${rc}: ${err}")
+endif()
+execute_process(COMMAND ${BENCH} --policy --ctx 0 RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 2)
+  fail("--ctx 0 gave status ${rc}")
+endif()
+message(STATUS "policy bench smoke test passed")

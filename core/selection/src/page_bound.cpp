@@ -1,0 +1,170 @@
+// CPU maintenance of the Quest min/max sidecar and the page bounds (page_bound.hpp).
+#include "sieve/selection/page_bound.hpp"
+
+#include <sieve/util/error.hpp>
+#include <sieve/util/tensor.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace sieve::selection {
+namespace {
+
+// [capacity, n_kv_heads, page_size, head_dim] pages and a [capacity, n_kv_heads, 2*head_dim]
+// sidecar of the same dtype, both compact on the CPU.
+void check_pair(const sieve_paged_kv& view, const DLTensor& sidecar) {
+  const DLTensor& k = view.k_pages;
+  require(k.data && k.ndim == 4 && is_contiguous(k) && k.device.device_type == kDLCPU,
+          SIEVE_ERR_INVALID_ARGUMENT, "page bound: K pages must be a compact 4-d CPU tensor");
+  require(sidecar.data && sidecar.ndim == 3 && is_contiguous(sidecar) &&
+              sidecar.device.device_type == kDLCPU && sidecar.shape[0] >= k.shape[0] &&
+              sidecar.shape[1] == k.shape[1] && sidecar.shape[2] == 2 * k.shape[3],
+          SIEVE_ERR_INVALID_ARGUMENT,
+          "page bound: the min/max sidecar must be a compact CPU [capacity, n_kv_heads, "
+          "2 * head_dim] tensor");
+  require(same_dtype(sidecar.dtype, k.dtype), SIEVE_ERR_INVALID_ARGUMENT,
+          "page bound: sidecar dtype " + dtype_name(sidecar.dtype) + " differs from the K pages' " +
+              dtype_name(k.dtype));
+}
+
+}  // namespace
+
+void minmax_on_append_cpu(const sieve_paged_kv& view, const int32_t* new_tokens,
+                          const DLTensor& sidecar) {
+  check_pair(view, sidecar);
+  const DLTensor& k = view.k_pages;
+  const int64_t H = k.shape[1], ps = k.shape[2], d = k.shape[3];
+  const int32_t* pages = data_ptr<const int32_t>(view.indices);  // CPU view: host-readable
+  const void* kb = data_ptr<const void>(k);
+  void* sb = data_ptr<void>(sidecar);
+  for (int32_t b = 0; b < view.batch; ++b) {
+    const int64_t len = int64_t(view.indptr_host[b + 1] - view.indptr_host[b] - 1) * ps +
+                        view.last_page_len_host[b];
+    const int64_t n_new = new_tokens[b + 1] - new_tokens[b];
+    if (n_new <= 0 || view.indptr_host[b + 1] == view.indptr_host[b]) continue;
+    require(n_new <= len, SIEVE_ERR_INVALID_ARGUMENT,
+            "page bound: sequence " + std::to_string(b) + " has " + std::to_string(n_new) +
+                " new tokens but holds " + std::to_string(len));
+    for (int64_t first = len - n_new; first < len;) {
+      const int64_t logical = first / ps, offset = first % ps;
+      const int64_t end = std::min<int64_t>(len, (logical + 1) * ps);
+      const int64_t phys = pages[view.indptr_host[b] + logical];
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kbase = ((phys * H + h) * ps) * d;
+        const int64_t sbase = (phys * H + h) * 2 * d;
+        for (int64_t c = 0; c < d; ++c) {
+          float mn, mx;
+          int64_t t = offset;
+          if (offset == 0) {  // the page's first token initialises it (the sidecar was zeroed)
+            mn = mx = load_float(kb, k.dtype, kbase + t * d + c);
+            ++t;
+          } else {
+            mn = load_float(sb, sidecar.dtype, sbase + c);
+            mx = load_float(sb, sidecar.dtype, sbase + d + c);
+          }
+          for (int64_t tt = t; tt < end - logical * ps; ++tt) {
+            const float v = load_float(kb, k.dtype, kbase + tt * d + c);
+            mn = std::min(mn, v);
+            mx = std::max(mx, v);
+          }
+          // Exact: mn/mx are values of the stored dtype.
+          store_float(sb, sidecar.dtype, sbase + c, mn);
+          store_float(sb, sidecar.dtype, sbase + d + c, mx);
+        }
+      }
+      first = end;
+    }
+  }
+}
+
+void minmax_recompute_cpu(const sieve_paged_kv& view, int32_t physical_page, int32_t kv_head,
+                          int32_t tokens, float* mn, float* mx) {
+  const DLTensor& k = view.k_pages;
+  const int64_t H = k.shape[1], ps = k.shape[2], d = k.shape[3];
+  const void* kb = data_ptr<const void>(k);
+  const int64_t kbase = ((int64_t(physical_page) * H + kv_head) * ps) * d;
+  for (int64_t c = 0; c < d; ++c) {
+    mn[c] = mx[c] = load_float(kb, k.dtype, kbase + c);
+    for (int64_t t = 1; t < tokens; ++t) {
+      const float v = load_float(kb, k.dtype, kbase + t * d + c);
+      mn[c] = std::min(mn[c], v);
+      mx[c] = std::max(mx[c], v);
+    }
+  }
+}
+
+void page_bounds_cpu(const sieve_paged_kv& view, const DLTensor& sidecar, const DLTensor& q,
+                     const int32_t* qo_indptr_host, int32_t n_q_heads, bool group_max,
+                     float* scores, ScoreLayout layout, float* scratch) {
+  check_pair(view, sidecar);
+  const int64_t Hkv = view.k_pages.shape[1], d = view.k_pages.shape[3];
+  require(q.data && q.ndim == 3 && q.shape[1] == n_q_heads && q.shape[2] == d &&
+              is_contiguous(q) && q.device.device_type == kDLCPU && n_q_heads % Hkv == 0,
+          SIEVE_ERR_INVALID_ARGUMENT,
+          "page bound: q must be a compact CPU [n_q_tokens, n_q_heads, head_dim] tensor");
+  const int64_t G = n_q_heads / Hkv;
+  const int32_t* pages = data_ptr<const int32_t>(view.indices);
+  const void* sb = data_ptr<const void>(sidecar);
+  float* qf = scratch;                  // [n_q_heads * d]
+  float* mm = scratch + n_q_heads * d;  // [2 * d]
+  for (int32_t b = 0; b < view.batch; ++b) {
+    const int64_t row = int64_t(qo_indptr_host[b + 1]) - 1;  // the sequence's last query
+    if (row < qo_indptr_host[b]) continue;
+    for (int64_t i = 0; i < n_q_heads * d; ++i)
+      qf[i] = load_float(data_ptr<const void>(q), q.dtype, row * n_q_heads * d + i);
+    for (int32_t j = view.indptr_host[b]; j < view.indptr_host[b + 1]; ++j) {
+      const int64_t phys = pages[j];
+      for (int64_t kh = 0; kh < Hkv; ++kh) {
+        for (int64_t c = 0; c < 2 * d; ++c)
+          mm[c] = load_float(sb, sidecar.dtype, (phys * Hkv + kh) * 2 * d + c);
+        float group_best = 0.0f;
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t h = kh * G + g;
+          const float s = page_bound(qf + h * d, mm, mm + d, int32_t(d));
+          if (group_max) group_best = g == 0 ? s : std::max(group_best, s);
+          else scores[j * layout.item_stride + h * layout.head_stride] = s;
+        }
+        if (group_max) scores[j * layout.item_stride + kh * layout.head_stride] = group_best;
+      }
+    }
+  }
+}
+
+}  // namespace sieve::selection
+
+namespace sieve::selection {
+
+int32_t check_decode_call(const sieve_layer_call& call, const sieve_geometry& g) {
+  auto bad = [](const std::string& m) { fail(SIEVE_ERR_INVALID_ARGUMENT, m); };
+  if (call.phase != SIEVE_PHASE_DECODE) bad("phase " + std::to_string(call.phase) + " is not decode");
+  if (call.batch < 0 || call.batch > g.max_batch)
+    bad("batch = " + std::to_string(call.batch) + " is outside [0, max_batch = " +
+        std::to_string(g.max_batch) + "]");
+  if (!call.kv_view) bad("the call has no KV view");
+  const sieve_paged_kv& view = *call.kv_view;
+  if (view.page_size != g.page_size)
+    bad("the KV view has page_size " + std::to_string(view.page_size) +
+        ", the policy was created for " + std::to_string(g.page_size));
+  if (view.batch != call.batch)
+    bad("the KV view has " + std::to_string(view.batch) + " sequences, the call has " +
+        std::to_string(call.batch));
+  if (call.batch > 0 && (!call.kv_len_host || !call.qo_indptr_host || !view.indptr_host ||
+                         !view.last_page_len_host || !call.q || !call.qo_indptr))
+    bad("q, qo_indptr, kv_len_host or the view's host page table is NULL");
+  int32_t max_pages = 0;
+  for (int32_t b = 0; b < call.batch; ++b) {
+    const int32_t n_new = call.qo_indptr_host[b + 1] - call.qo_indptr_host[b];
+    if (n_new != 1)
+      bad("decode has one query per sequence, sequence " + std::to_string(b) + " has " +
+          std::to_string(n_new));
+    const int32_t pages = view.indptr_host[b + 1] - view.indptr_host[b];
+    const int64_t tokens = pages == 0 ? 0 : int64_t(pages - 1) * view.page_size + view.last_page_len_host[b];
+    if (call.kv_len_host[b] != tokens)
+      bad("kv_len_host[" + std::to_string(b) + "] = " + std::to_string(call.kv_len_host[b]) +
+          " but the KV view holds " + std::to_string(tokens) + " tokens");
+    max_pages = std::max(max_pages, pages);
+  }
+  return max_pages;
+}
+
+}  // namespace sieve::selection

@@ -1,0 +1,425 @@
+// dpxa: block-sparse prefill whose tile mask comes from a cheap estimate of each tile's attention
+// mass (paper 001 §4.3 "delta-based tile scoring", with XAttention §2.5 and naive striding as the
+// baselines), as a prefill selection policy.
+//
+// Method, per sequence, query head h and query block t (B = `block` query tokens, positions
+// [first, last]), over the candidate key blocks j = 0 .. last / B (B tokens = B / page_size pages):
+//   1. score every candidate tile (t, j) from a sample of its logits (dpxa_tiles.hpp):
+//        estimator=dpxa    delta anchors of the query block (per q head) and of the key block
+//                          (per KV head), cosine threshold `threshold`; Σ e^(q_a·k_b/√d) over the
+//                          anchor pairs (no dimension expansion);
+//        estimator=xattn   XAttention's antidiagonal: groups of S = `stride` tokens concatenated
+//                          along the head dimension, K reversed, logits scaled by 1/(√d·S);
+//        estimator=stride  every S-th query against every S-th key (the paper's ablation);
+//   2. normalise the row: w_j = tile mass / Σ_j' tile mass (a softmax over key blocks);
+//   3. keep the sink block (j = 0) and the diagonal blocks (those holding [first, last]), then
+//      the other tiles in decreasing w (ties: lower j first) until the kept w reaches τ.
+// τ is per (layer, q head) from `thresholds` (a file `sieve calibrate dpxa` writes), `tau` where
+// the file has no entry. rows=q_head: one selection row per q head (XAttention's per-head
+// masks); rows=kv_head: one per KV head, the union of its group's masks (the core kernel then
+// shares each K/V tile across the group). The core block-sparse prefill kernel computes the tiles.
+//
+// Hooks: select (prefill). CPU: dpxa_core.cpp. CUDA: cuda/dpxa_select.cu (anchors, tile scores,
+// per-row greedy, CSR), all on the host's stream with scratch allocated in create. Both paths
+// share dpxa_tiles.hpp's arithmetic and produce the same selection.
+// Host services: alloc/free, cuda_stream, log, metric ("dpxa_density": kept / causal tiles,
+// "dpxa_sampled": sampled logits / causal logits, CPU only).
+#include <sieve/plugin/policy_api.hpp>
+#include <sieve/util/tensor.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dpxa_core.hpp"
+#if SIEVE_WITH_CUDA
+#include "cuda/dpxa_select.hpp"
+#endif
+
+namespace {
+
+namespace sp = sieve::plugin;
+namespace sd = sieve::dpxa;
+
+#if SIEVE_WITH_CUDA
+constexpr uint32_t kDevices = SIEVE_DEVICE_CPU | SIEVE_DEVICE_CUDA;
+#else
+constexpr uint32_t kDevices = SIEVE_DEVICE_CPU;
+#endif
+
+constexpr int32_t kMaxBlock = 256;  // anchor offsets are bytes
+
+class DpxaPolicy final : public sp::PolicyBase {
+ public:
+  static constexpr sieve_param_spec kParams[] = {
+      sp::enum_param("estimator", "dpxa", "dpxa|xattn|stride",
+                     "tile scorer: delta anchors, XAttention antidiagonal, or naive stride"),
+      sp::int_param("block", "128", 16, kMaxBlock,
+                    "query and key block tokens (a multiple of page_size)"),
+      sp::float_param("threshold", "0.75", -1, 1,
+                      "dpxa: cosine below which a query/key becomes a new anchor"),
+      sp::int_param("stride", "0", 0, 64, "xattn/stride: S (0: 8 for xattn, 4 for stride)"),
+      sp::float_param("tau", "0.9", 0, 1,
+                      "kept share of the estimated row mass (where thresholds has no entry)"),
+      sp::string_param("thresholds", "",
+                       "file of `layer head tau` lines (sieve calibrate dpxa); empty: tau"),
+      sp::enum_param("rows", "q_head", "q_head|kv_head",
+                     "one selection row per query head, or per KV head (union of the group)"),
+  };
+  static constexpr sieve_policy_descriptor kDescriptor = {
+      .hdr = SIEVE_HEADER_INIT(sieve_policy_descriptor),
+      .name = "dpxa",
+      .vendor = "sieve",
+      .version_major = 1,
+      .version_minor = 0,
+      .version_patch = 0,
+      .summary = "DPXA block-sparse prefill: delta-anchor tile scores (or XAttention), greedy "
+                 "mass cover",
+      .phases = SIEVE_PHASE_PREFILL,
+      .devices = kDevices,
+      .dtypes = SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16,
+      .head_dims = nullptr,
+      .n_head_dims = 0,
+      .page_sizes = nullptr,
+      .n_page_sizes = 0,
+      .selection_heads = SIEVE_SEL_PER_Q_HEAD,
+      .needs = 0,
+      .evicts_kv = 0,
+      .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
+  };
+
+  static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
+    const int64_t block = p.integer("block");
+    if (g.page_size > 0 && block % g.page_size)
+      r.invalid("block = ", block, " is not a multiple of page_size = ", g.page_size,
+                " (a key block is block / page_size whole pages)");
+    const int64_t stride = p.integer("stride");
+    if (stride > block) r.invalid("stride = ", stride, " exceeds block = ", block);
+    if (g.device.device_type == kDLCUDA) {
+      if (g.head_dim > 256) r.unsupported("head_dim = ", g.head_dim, " > 256 on CUDA");
+      if (block * g.head_dim > 49152)
+        r.unsupported("block x head_dim = ", block * g.head_dim,
+                      " > 49152 on CUDA (a query block is staged in shared memory as f32)");
+      if (g.n_q_heads > 256) r.unsupported("n_q_heads = ", g.n_q_heads, " > 256 on CUDA");
+    }
+    const std::string_view path = p.text("thresholds");
+    if (!path.empty()) {
+      sd::Thresholds t;
+      const std::string e = sd::load_thresholds(std::string(path), g.n_layers, g.n_q_heads, t);
+      if (!e.empty()) r.invalid("thresholds: ", e);
+    }
+    const int64_t q_blocks = (int64_t(g.max_seq_len) + block - 1) / block + 1;
+    if (int64_t(g.max_batch) * q_blocks * g.n_q_heads > INT32_MAX)
+      r.unsupported("max_batch x query blocks x heads exceeds the int32 row count");
+  }
+
+  explicit DpxaPolicy(const sp::CreateContext& ctx) : PolicyBase(ctx) {
+    const sieve_geometry& g = geometry();
+    const sp::Params& p = ctx.params;
+    cfg_.estimator = sd::Estimator(p.choice("estimator"));
+    cfg_.block = int32_t(p.integer("block"));
+    cfg_.q_threshold = cfg_.k_threshold = float(p.real("threshold"));
+    const int32_t s = int32_t(p.integer("stride"));
+    cfg_.stride = s ? s : cfg_.estimator == sd::kXattn ? 8 : 4;
+    cfg_.scale = 1.0f / std::sqrt(float(g.head_dim));
+    tau_ = float(p.real("tau"));
+    per_kv_head_ = p.choice("rows") == 1;
+    const std::string path(p.text("thresholds"));
+    if (!path.empty()) {
+      const std::string e = sd::load_thresholds(path, g.n_layers, g.n_q_heads, thresholds_);
+      if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "thresholds: ", e);
+    }
+#if SIEVE_WITH_CUDA
+    if (g.device.device_type == kDLCUDA) {
+      const sd::ScratchSizes z = sd::scratch_sizes(g.max_seq_len, cfg_.block, g.n_q_heads, g.n_kv_heads);
+      q_anchors_d_ = allocate(g.device, z.q_anchors);
+      q_counts_d_ = allocate(g.device, z.q_counts);
+      k_anchors_d_ = allocate(g.device, z.k_anchors);
+      k_counts_d_ = allocate(g.device, z.k_counts);
+      tiles_d_ = allocate(g.device, z.tiles);
+      keep_d_ = allocate(g.device, z.keep);
+      row_counts_d_ = allocate(g.device, z.row_counts);
+    }
+#endif
+    log_debug("estimator = ", sd::estimator_name(cfg_.estimator), ", block = ", cfg_.block,
+              ", threshold = ", cfg_.q_threshold, ", stride = ", cfg_.stride, ", tau = ", tau_,
+              path.empty() ? "" : ", thresholds = ", path);
+  }
+
+  void select(const sieve_layer_call& call, sieve_selection& selection, uint32_t&) override {
+    const sieve_geometry& g = geometry();
+    if (call.phase != SIEVE_PHASE_PREFILL)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "dpxa selects prefill blocks only, phase is ",
+               call.phase);
+    if (call.batch < 0 || call.batch > g.max_batch)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "batch = ", call.batch, " is outside [0, max_batch = ",
+               g.max_batch, "]");
+    sp::require_struct(call.kv_view, "KV view");
+    const sieve_paged_kv& view = *call.kv_view;
+    if (view.page_size != g.page_size)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the KV view has page_size ", view.page_size,
+               ", the policy was created for ", g.page_size);
+    if (view.batch != call.batch)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the KV view has ", view.batch,
+               " sequences, the call has ", call.batch);
+    if (call.batch > 0 && (!call.kv_len_host || !call.qo_indptr_host || !view.indptr_host ||
+                           !view.last_page_len_host || !call.q))
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT,
+               "q, kv_len_host, qo_indptr_host or the view's host page table is NULL");
+    const int32_t B = cfg_.block;
+    const int32_t H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
+    int64_t n_rows = 0, worst_nnz = 0;
+    for (int32_t b = 0; b < call.batch; ++b) {
+      const int64_t n_new = int64_t(call.qo_indptr_host[b + 1]) - call.qo_indptr_host[b];
+      const int64_t kv_len = call.kv_len_host[b];
+      if (n_new < 0 || n_new > kv_len)
+        sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "sequence ", b, " has ", n_new,
+                 " queries but kv_len ", kv_len);
+      if (kv_len != sp::view_tokens(view, b))
+        sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "kv_len_host[", b, "] = ", kv_len,
+                 " but the KV view holds ", sp::view_tokens(view, b), " tokens");
+      const int32_t blocks = int32_t((n_new + B - 1) / B);
+      for (int32_t t = 0; t < blocks; ++t)
+        worst_nnz += int64_t(sd::row_span(kv_len, n_new, B, t).n_candidates) * H;
+      n_rows += int64_t(blocks) * H;
+    }
+    if (n_rows > INT32_MAX)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, n_rows, " selection rows exceed the int32 row count");
+
+    if (g.device.device_type == kDLCPU) {
+      select_cpu(call, view, int32_t(n_rows));
+      int64_t nnz = 0;
+      for (const auto& r : rows_) nnz += int64_t(r.size());
+      sp::check_selection_storage(selection, n_rows, nnz, g.device);
+      auto* indptr = sieve::data_ptr<int32_t>(selection.indptr);
+      auto* indices = sieve::data_ptr<int32_t>(selection.indices);
+      int64_t off = 0;
+      indptr[0] = 0;
+      for (size_t r = 0; r < size_t(n_rows); ++r) {
+        for (int32_t j : rows_[r]) indices[off++] = j;
+        indptr[r + 1] = int32_t(off);
+      }
+    } else {
+      // The device writes the lists without telling the host their length, so the storage must
+      // hold the worst case (every candidate kept).
+      sp::check_selection_storage(selection, n_rows, worst_nnz, g.device);
+      select_cuda(call, view, selection, int32_t(n_rows));
+    }
+    selection.kind = SIEVE_SEL_BLOCKS;
+    selection.heads = per_kv_head_ ? SIEVE_SEL_PER_KV_HEAD : SIEVE_SEL_PER_Q_HEAD;
+    selection.q_block = B;
+    selection.k_block_pages = B / g.page_size;
+    selection.n_rows = int32_t(n_rows);
+  }
+
+ private:
+  // Copy one head of the call's queries (sequence b) / of the view's keys to contiguous f32.
+  void gather_q(const sieve_layer_call& call, int32_t b, int32_t h, std::vector<float>& out) const {
+    const sieve_geometry& g = geometry();
+    const DLTensor& q = *call.q;
+    const int64_t q0 = call.qo_indptr_host[b], n = call.qo_indptr_host[b + 1] - q0;
+    const int32_t d = g.head_dim;
+    out.resize(size_t(n * d));
+    const void* base = sieve::data_ptr<const void>(q);
+    for (int64_t i = 0; i < n; ++i)
+      for (int32_t x = 0; x < d; ++x)
+        out[size_t(i * d + x)] = sieve::load_float(base, q.dtype, ((q0 + i) * g.n_q_heads + h) * d + x);
+  }
+  void gather_k(const sieve_paged_kv& view, int32_t b, int32_t kvh, int64_t kv_len,
+                std::vector<float>& out) const {
+    const sieve_geometry& g = geometry();
+    const int32_t d = g.head_dim, ps = g.page_size;
+    out.resize(size_t(kv_len * d));
+    const int32_t* pages = sieve::data_ptr<const int32_t>(view.indices) + view.indptr_host[b];
+    const void* base = sieve::data_ptr<const void>(view.k_pages);
+    for (int64_t p = 0; p < kv_len; ++p) {
+      const int64_t o = ((int64_t(pages[p / ps]) * g.n_kv_heads + kvh) * ps + p % ps) * d;
+      for (int32_t x = 0; x < d; ++x)
+        out[size_t(p * d + x)] = sieve::load_float(base, view.k_pages.dtype, o + x);
+    }
+  }
+
+  void check_cpu_tensors(const sieve_layer_call& call, const sieve_paged_kv& view) const {
+    const sieve_geometry& g = geometry();
+    const int64_t n_q = call.qo_indptr_host[call.batch];
+    if (std::string e = sieve::check_tensor(call.q, "q", 3, {n_q, g.n_q_heads, g.head_dim});
+        !e.empty() || !sieve::is_float_storage(call.q->dtype) || !sieve::is_contiguous(*call.q))
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e.empty() ? "q: not a contiguous f32/f16/bf16 tensor" : e);
+    if (std::string e = sieve::check_tensor(&view.k_pages, "k_pages", 4,
+                                            {-1, g.n_kv_heads, g.page_size, g.head_dim});
+        !e.empty() || !sieve::is_contiguous(view.k_pages))
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e.empty() ? "k_pages: not contiguous" : e);
+    if (!view.indices.data) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the view's page indices are NULL");
+  }
+
+  void select_cpu(const sieve_layer_call& call, const sieve_paged_kv& view, int32_t n_rows) {
+    const sieve_geometry& g = geometry();
+    check_cpu_tensors(call, view);
+    const int32_t B = cfg_.block, group = g.n_q_heads / g.n_kv_heads;
+    const int32_t H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
+    rows_.resize(size_t(n_rows));
+    for (auto& r : rows_) r.clear();
+    int64_t kept = 0, causal = 0;
+    double sampled = 0, logits = 0;
+    int32_t row0 = 0;  // first query block of sequence b (C_b)
+    for (int32_t b = 0; b < call.batch; ++b) {
+      const int64_t n_new = int64_t(call.qo_indptr_host[b + 1]) - call.qo_indptr_host[b];
+      const int64_t kv_len = call.kv_len_host[b];
+      const int32_t blocks = int32_t((n_new + B - 1) / B);
+      for (int32_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+        gather_k(view, b, kvh, kv_len, k_);
+        if (cfg_.estimator == sd::kDpxa)
+          sd::block_anchors(k_.data(), kv_len, g.head_dim, B, cfg_.k_threshold, k_anchors_);
+        for (int32_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          gather_q(call, b, h, q_);
+          if (cfg_.estimator == sd::kDpxa)
+            sd::block_anchors(q_.data(), n_new, g.head_dim, B, cfg_.q_threshold, q_anchors_);
+          sd::score_head(cfg_, q_.data(), n_new, k_.data(), kv_len, g.head_dim, &q_anchors_,
+                         &k_anchors_, scores_);
+          const float tau = thresholds_.at(call.layer, h, tau_);
+          for (int32_t t = 0; t < blocks; ++t) {
+            const sd::RowSpan& r = scores_.spans[size_t(t)];
+            keep_.resize(size_t(r.n_candidates));
+            kept += sd::greedy_row(r, scores_.tiles.data() + scores_.row_start[size_t(t)], tau,
+                                   keep_.data(), greedy_);
+            causal += r.n_candidates;
+            std::vector<int32_t>& row =
+                rows_[size_t(row0 + t) * H + size_t(per_kv_head_ ? kvh : h)];
+            for (int32_t j = 0; j < r.n_candidates; ++j)
+              if (keep_[size_t(j)]) row.push_back(j);
+            if (per_kv_head_) {  // union with the group's earlier heads
+              std::sort(row.begin(), row.end());
+              row.erase(std::unique(row.begin(), row.end()), row.end());
+            }
+            // Sampled share of the causal logits, for the dpxa_sampled metric.
+            const int64_t nq = std::min<int64_t>(B, n_new - int64_t(t) * B);
+            for (int32_t j = 0; j < r.n_candidates; ++j) {
+              const int64_t nk = std::min<int64_t>(B, kv_len - int64_t(j) * B);
+              logits += double(nq) * double(nk);
+              if (cfg_.estimator == sd::kDpxa)
+                sampled += double(q_anchors_.counts[size_t(t)]) * k_anchors_.counts[size_t(j)];
+            }
+          }
+        }
+      }
+      row0 += blocks;
+    }
+    if (causal > 0) metric("dpxa_density", call.layer, double(kept) / double(causal));
+    if (cfg_.estimator == sd::kDpxa && logits > 0)
+      metric("dpxa_sampled", call.layer, sampled / logits);
+  }
+
+  void metric(const char* name, int32_t layer, double value) const {
+    if (services().metric) services().metric(services().host_ctx, name, layer, -1, value);
+  }
+
+#if SIEVE_WITH_CUDA
+  static int32_t dtype_code(DLDataType t, const char* what) {
+    if (sieve::same_dtype(t, sieve::kF32)) return 0;
+    if (sieve::same_dtype(t, sieve::kF16)) return 1;
+    if (sieve::same_dtype(t, sieve::kBF16)) return 2;
+    sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " has dtype ", sieve::dtype_name(t),
+             ", not f32/f16/bf16");
+  }
+
+  // One launch sequence per sequence of the batch (scratch is sized for one sequence).
+  void select_cuda(const sieve_layer_call& call, const sieve_paged_kv& view,
+                   sieve_selection& selection, int32_t) {
+    const sieve_geometry& g = geometry();
+    const DLDevice dev = g.device;
+    auto on_device = [&](const DLTensor& t, const char* what) {
+      if (!t.data || t.device.device_type != dev.device_type || t.device.device_id != dev.device_id ||
+          !sieve::is_contiguous(t))
+        sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " must be a contiguous tensor on ",
+                 sieve::device_name(dev));
+    };
+    const int64_t n_q = call.qo_indptr_host[call.batch];
+    if (std::string e = sieve::check_tensor(call.q, "q", 3, {n_q, g.n_q_heads, g.head_dim}); !e.empty())
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+    on_device(*call.q, "q");
+    on_device(view.k_pages, "k_pages");
+    on_device(view.indices, "the view's page indices");
+    if (g.n_q_heads > sd::kCudaMaxQHeads)
+      sp::fail(SIEVE_ERR_UNSUPPORTED, "n_q_heads = ", g.n_q_heads, " > ", sd::kCudaMaxQHeads);
+    sd::SequenceLaunch a{};
+    a.estimator = cfg_.estimator;
+    a.B = cfg_.block;
+    a.S = cfg_.stride;
+    a.d = g.head_dim;
+    a.hq = g.n_q_heads;
+    a.hkv = g.n_kv_heads;
+    a.page_size = g.page_size;
+    a.q_threshold = cfg_.q_threshold;
+    a.k_threshold = cfg_.k_threshold;
+    a.scale = cfg_.scale;
+    a.scale_over_s = cfg_.scale / float(cfg_.stride);
+    a.rows_per_kv_head = per_kv_head_;
+    for (int32_t h = 0; h < g.n_q_heads; ++h) a.tau[h] = thresholds_.at(call.layer, h, tau_);
+    a.q = sieve::data_ptr<const void>(*call.q);
+    a.q_dtype = dtype_code(call.q->dtype, "q");
+    a.kv_dtype = dtype_code(view.k_pages.dtype, "k_pages");
+    a.k_pages = sieve::data_ptr<const void>(view.k_pages);
+    a.q_anchors = q_anchors_d_.get<uint8_t>();
+    a.q_counts = q_counts_d_.get<int32_t>();
+    a.k_anchors = k_anchors_d_.get<uint8_t>();
+    a.k_counts = k_counts_d_.get<int32_t>();
+    a.tiles = tiles_d_.get<float>();
+    a.keep = keep_d_.get<uint8_t>();
+    a.row_counts = row_counts_d_.get<int32_t>();
+    a.sel_indptr = sieve::data_ptr<int32_t>(selection.indptr);
+    a.sel_indices = sieve::data_ptr<int32_t>(selection.indices);
+    a.capacity = selection.capacity;
+    a.stream = cuda_stream();
+    const int32_t B = cfg_.block, H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
+    int32_t row0 = 0;
+    for (int32_t b = 0; b < call.batch; ++b) {
+      a.q_token0 = call.qo_indptr_host[b];
+      a.n_new = int64_t(call.qo_indptr_host[b + 1]) - call.qo_indptr_host[b];
+      a.kv_len = call.kv_len_host[b];
+      a.pages = sieve::data_ptr<const int32_t>(view.indices) + view.indptr_host[b];
+      a.QB = int32_t((a.n_new + B - 1) / B);
+      a.KB = int32_t((a.kv_len + B - 1) / B);
+      a.tiles_per_head = 0;
+      for (int32_t t = 0; t < a.QB; ++t)
+        a.tiles_per_head += sd::row_span(a.kv_len, a.n_new, B, t).n_candidates;
+      a.row0 = row0;
+      if (const char* e = sd::launch_sequence(a))
+        sp::fail(SIEVE_ERR_DEVICE, "dpxa selection kernels failed to launch: ", e);
+      row0 += a.QB * H;
+    }
+    if (row0 == 0) {  // no queries at all: the CSR still needs indptr[0] = 0
+      sd::SequenceLaunch empty = a;
+      empty.QB = 0;
+      if (const char* e = sd::launch_empty(empty))
+        sp::fail(SIEVE_ERR_DEVICE, "dpxa selection kernels failed to launch: ", e);
+    }
+  }
+
+  sp::HostBuffer q_anchors_d_, q_counts_d_, k_anchors_d_, k_counts_d_, tiles_d_, keep_d_,
+      row_counts_d_;
+#else
+  [[noreturn]] void select_cuda(const sieve_layer_call&, const sieve_paged_kv&, sieve_selection&,
+                                int32_t) {
+    sp::fail(SIEVE_ERR_UNSUPPORTED, "this build of dpxa has no CUDA code");
+  }
+#endif
+
+  sd::Config cfg_;
+  float tau_ = 0.9f;
+  bool per_kv_head_ = false;
+  sd::Thresholds thresholds_;
+  // CPU scratch, grown on the first calls and reused (the CPU path's only allocations).
+  std::vector<float> q_, k_;
+  sd::Anchors q_anchors_, k_anchors_;
+  sd::HeadScores scores_;
+  sd::GreedyScratch greedy_;
+  std::vector<uint8_t> keep_;
+  std::vector<std::vector<int32_t>> rows_;
+};
+
+}  // namespace
+
+SIEVE_DEFINE_PLUGIN(DpxaPolicy);

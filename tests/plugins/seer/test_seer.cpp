@@ -1,0 +1,480 @@
+// The seer (SeerAttention-R) plugin on CPU, loaded from its .so over the core's real paged store:
+// the gate arithmetic and the K-compression cache against an f64 recomputation, the selection
+// rules (last block always, top-k / threshold by the gate, oracle by the true block attention),
+// the block becoming visible exactly when it completes, prefill shorter than a block, validate's
+// refusals, the gate file, the distillation (gradient vs finite differences, KL goes down,
+// determinism) and conformance with a gate file made for the conformance geometry.
+#include <gtest/gtest.h>
+#include <sieve/runtime/conformance.hpp>
+#include <sieve/util/error.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "gate/block_truth.hpp"
+#include "gate/distill.hpp"
+#include "gate/gate_file.hpp"
+#include "gate/gate_math.hpp"
+#include "seer_reference.hpp"
+#include "seer_session.hpp"
+
+namespace {
+
+using namespace sieve::testing;
+namespace sg = sieve::seer;
+
+// Writes a random gate for `g` and returns its path.
+std::string random_gate_file(const sieve_geometry& g, int32_t block, int32_t gate_dim, bool rmsnorm,
+                             const std::string& name, uint64_t seed = 3) {
+  const std::string path = temp_path(name);
+  sg::write_gate(path, sg::random_gate(seer_shape(g, block, gate_dim, rmsnorm), seed));
+  return path;
+}
+
+TEST(SeerGateMath, PoolProjectRopeScoreMatchF64) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  for (bool rms : {false, true}) {
+    sieve_geometry g = seer_geometry(sieve::kCpu, 12, 3, 10);
+    const sg::GateWeights w = sg::random_gate(seer_shape(g, 32, 14, rms), 5);
+    const int32_t d = g.head_dim, T = 3 * 32 + 7;
+    std::vector<float> k_pre(size_t(T) * 3 * d), q_pre(size_t(12) * d);
+    for (float& x : k_pre) x = u(rng);
+    for (float& x : q_pre) x = u(rng);
+    for (int32_t h = 0; h < 3; ++h)
+      for (int64_t j = 0; j < 3; ++j) {
+        std::vector<float> pooled(size_t(3 * d)), key(14), query(14);
+        auto kf = [&](int32_t t, int32_t c) { return k_pre[(size_t(j * 32 + t) * 3 + h) * d + c]; };
+        sg::pool_block(kf, 32, d, pooled.data());
+        sg::gate_key(w.wk_at(1, h), pooled.data(), d, 14, rms, j * 32, g.rope_theta, key.data());
+        const std::vector<double> ref = ref_gate_key(w, 1, h, k_pre, j);
+        for (int32_t i = 0; i < 14; ++i) EXPECT_NEAR(key[size_t(i)], ref[size_t(i)], 2e-4 * (1 + std::fabs(ref[size_t(i)])));
+        const int64_t pos = T - 1;
+        sg::gate_query(w.wq_at(1, h), q_pre.data() + size_t(h) * 4 * d, 4 * d, 14, rms, pos, g.rope_theta, query.data());
+        const std::vector<double> rq = ref_gate_query(w, 1, h, q_pre, pos);
+        for (int32_t i = 0; i < 14; ++i) EXPECT_NEAR(query[size_t(i)], rq[size_t(i)], 2e-4 * (1 + std::fabs(rq[size_t(i)])));
+        EXPECT_NEAR(sg::gate_score(query.data(), key.data(), 14), ref_dot(rq, ref) / std::sqrt(14.0), 1e-3);
+      }
+  }
+}
+
+TEST(SeerGateMath, InverseRopeUndoesRope) {
+  std::vector<float> x = {0.3f, -1.2f, 2.f, 0.5f, -0.7f, 1.1f}, y = x;
+  sg::rope_rotate(y.data(), 6, 4321, 10000.f);
+  EXPECT_GT(std::fabs(y[0] - x[0]), 1e-3f);
+  sg::rope_rotate(y.data(), 6, 4321, 10000.f, true);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5f);
+}
+
+class SeerCpu : public ::testing::Test {
+ protected:
+  sieve_geometry g_ = seer_geometry(sieve::kCpu);
+};
+
+TEST_F(SeerCpu, DescriptorSchemaAndHooks) {
+  PluginLibrary lib("seer");
+  ASSERT_TRUE(lib.loaded()) << lib.error();
+  const sieve_policy_api* api = lib.negotiate()->policy;
+  ASSERT_NE(api, nullptr);
+  EXPECT_STREQ(api->descriptor->name, "seer");
+  EXPECT_EQ(api->descriptor->selection_heads, uint32_t(SIEVE_SEL_PER_KV_HEAD));
+  EXPECT_EQ(api->descriptor->needs & (SIEVE_NEEDS_PRE_ROPE_K | SIEVE_NEEDS_PRE_ROPE_Q | SIEVE_NEEDS_WEIGHTS_FILE |
+                                      SIEVE_NEEDS_SIDECARS),
+            uint32_t(SIEVE_NEEDS_PRE_ROPE_K | SIEVE_NEEDS_PRE_ROPE_Q | SIEVE_NEEDS_WEIGHTS_FILE | SIEVE_NEEDS_SIDECARS));
+  ASSERT_EQ(api->n_params, 6u);
+  EXPECT_STREQ(api->params[0].name, "weights");
+  EXPECT_STREQ(api->params[1].name, "block");
+  EXPECT_STREQ(api->params[2].name, "mode");
+  EXPECT_NE(api->on_append, nullptr);
+  EXPECT_NE(api->select, nullptr);
+  EXPECT_EQ(api->attend, nullptr);
+  EXPECT_EQ(api->observe, nullptr);
+}
+
+// Prefill fills every complete block's cache entry (block 32 = 2 pages: stored on the first
+// page), equal to the f64 recomputation; the partial block has no entry; prefill's select leaves
+// the chain's selection (dense) alone.
+TEST_F(SeerCpu, PrefillFillsCacheMatchingF64) {
+  for (bool rms : {false, true}) {
+    SeerParams p;
+    p.block = 32;
+    p.rmsnorm = rms;
+    p.weights = random_gate_file(g_, 32, 12, rms, "prefill");
+    const sg::GateWeights w = sg::read_gate(p.weights);
+    SeerSession s(g_, p);
+    ASSERT_TRUE(s.ok()) << s.create_error();
+    const int32_t a = s.add_sequence(), b = s.add_sequence();
+    ASSERT_EQ(s.step(1, {a, b}, {100, 64}, SIEVE_PHASE_PREFILL), SIEVE_OK) << s.last_error();
+    EXPECT_EQ(s.selection.kind, uint32_t(SIEVE_SEL_ALL)) << "prefill select is a no-op";
+    int64_t pages = 0;
+    const std::vector<float> cache = s.cache(1, &pages);
+    const int32_t stride = 12 + 1;
+    for (auto [seq, complete, total] : {std::tuple{a, 3, 4}, std::tuple{b, 2, 2}})
+      for (int32_t j = 0; j < total; ++j)
+        for (int32_t h = 0; h < g_.n_kv_heads; ++h) {
+          const int32_t page = s.physical_page(1, seq, j * 2);
+          const float* e = cache.data() + (size_t(page) * g_.n_kv_heads + h) * stride;
+          if (j >= complete) {
+            EXPECT_EQ(e[12], 0.f) << "partial block " << j << " must not be cached";
+            continue;
+          }
+          ASSERT_EQ(e[12], 1.f) << "block " << j << " of sequence " << seq << " not cached";
+          const std::vector<double> ref = ref_gate_key(w, 1, h, s.seq(seq).k_pre, j);
+          for (int32_t i = 0; i < 12; ++i) EXPECT_NEAR(e[i], ref[size_t(i)], 2e-4 * (1 + std::fabs(ref[size_t(i)])));
+          // The other pages of the block hold nothing.
+          const float* e2 = cache.data() + (size_t(s.physical_page(1, seq, j * 2 + 1)) * g_.n_kv_heads + h) * stride;
+          EXPECT_EQ(e2[12], 0.f);
+        }
+  }
+}
+
+// A prefill shorter than one block, then decode one token at a time: block j's entry appears at
+// exactly the step whose append completes it; until then the selection is the partial block only
+// or what the gate ranks among the complete ones.
+TEST_F(SeerCpu, ShortPrefillAndBlockVisibleExactlyWhenComplete) {
+  SeerParams p;
+  p.block = 16;
+  p.token_budget = 32;  // k = 1
+  p.weights = random_gate_file(g_, 16, 8, false, "visible");
+  SeerSession s(g_, p);
+  ASSERT_TRUE(s.ok()) << s.create_error();
+  const int32_t a = s.add_sequence();
+  ASSERT_EQ(s.step(0, {a}, {5}, SIEVE_PHASE_PREFILL), SIEVE_OK) << s.last_error();
+  for (int32_t len = 6; len <= 50; ++len) {
+    ASSERT_EQ(s.step(0, {a}, {1}, SIEVE_PHASE_DECODE), SIEVE_OK) << "len " << len << ": " << s.last_error();
+    int64_t pages = 0;
+    const std::vector<float> cache = s.cache(0, &pages);
+    for (int32_t j = 0; j * 16 < len; ++j) {
+      const float flag = cache[(size_t(s.physical_page(0, a, j)) * g_.n_kv_heads + 1) * 9 + 8];
+      EXPECT_EQ(flag, (j + 1) * 16 <= len ? 1.f : 0.f) << "block " << j << " at length " << len;
+    }
+    const int32_t nb = (len + 15) / 16;
+    ASSERT_EQ(s.selection.kind, uint32_t(SIEVE_SEL_BLOCKS));
+    EXPECT_EQ(s.selection.k_block_pages, 1);
+    ASSERT_EQ(s.rows.size(), size_t(g_.n_kv_heads));
+    for (const auto& row : s.rows) {
+      ASSERT_FALSE(row.empty());
+      EXPECT_EQ(row.back(), nb - 1) << "the last block is always selected (length " << len << ")";
+      EXPECT_EQ(row.size(), size_t(std::min(nb, 2)));
+    }
+  }
+}
+
+// Top-k (budget) and threshold selections of a ragged batch against the f64 gate scores.
+TEST_F(SeerCpu, DecodeSelectionMatchesF64Gate) {
+  for (uint32_t mode : {0u, 1u})
+    for (int64_t budget : {16, 48, 96}) {
+      if (mode == 1 && budget != 16) continue;
+      SCOPED_TRACE(::testing::Message() << "mode " << mode << " budget " << budget);
+      SeerParams p;
+      p.block = 16;
+      p.mode = mode;
+      p.token_budget = budget;
+      p.threshold = 0.08;
+      p.weights = random_gate_file(g_, 16, 16, false, "select", 9);
+      const sg::GateWeights w = sg::read_gate(p.weights);
+      SeerSession s(g_, p, 21);
+      ASSERT_TRUE(s.ok()) << s.create_error();
+      const int32_t a = s.add_sequence(), b = s.add_sequence(), c = s.add_sequence();
+      ASSERT_EQ(s.step(1, {a, b, c}, {36, 99, 160}, SIEVE_PHASE_PREFILL), SIEVE_OK) << s.last_error();
+      for (int32_t it = 0; it < 3; ++it) {
+        ASSERT_EQ(s.step(1, {a, b, c}, {1, 1, 1}, SIEVE_PHASE_DECODE), SIEVE_OK) << s.last_error();
+        ASSERT_EQ(s.rows.size(), size_t(3 * g_.n_kv_heads));
+        int32_t r = 0;
+        for (int32_t seq : {a, b, c}) {
+          const auto& sq = s.seq(seq);
+          const int64_t len = int64_t(sq.k_pre.size()) / (g_.n_kv_heads * g_.head_dim);
+          const int32_t nb = int32_t((len + 15) / 16), complete = int32_t(len / 16);
+          for (int32_t h = 0; h < g_.n_kv_heads; ++h, ++r) {
+            const std::vector<double> q = ref_gate_query(w, 1, h, sq.q_pre_last, len - 1);
+            std::vector<double> scores;
+            for (int32_t j = 0; j < complete; ++j) scores.push_back(ref_dot(q, ref_gate_key(w, 1, h, sq.k_pre, j)) / 4.0);
+            if (mode == 0) {
+              expect_top_k_row(s.rows[size_t(r)], scores, nb, int32_t(budget / 16 - 1), 1e-4);
+            } else {
+              double mx = -INFINITY, z = 0;
+              for (double v : scores) mx = std::max(mx, v);
+              for (double v : scores) z += std::exp(v - mx);
+              const auto& row = s.rows[size_t(r)];
+              EXPECT_EQ(row.back(), nb - 1);
+              for (int32_t j = 0; j + 1 < nb; ++j) {
+                const double prob = std::exp(scores[size_t(j)] - mx) / z;
+                if (std::fabs(prob - 0.08) < 1e-5) continue;
+                EXPECT_EQ(std::count(row.begin(), row.end(), j), prob > 0.08 ? 1 : 0) << "block " << j << " p " << prob;
+              }
+            }
+          }
+        }
+      }
+    }
+}
+
+// Budget k = 0: only the block holding the current token.
+TEST_F(SeerCpu, LastPartialBlockAlwaysSelected) {
+  SeerParams p;
+  p.block = 32;
+  p.token_budget = 32;
+  p.weights = random_gate_file(g_, 32, 8, false, "last");
+  SeerSession s(g_, p);
+  ASSERT_TRUE(s.ok()) << s.create_error();
+  const int32_t a = s.add_sequence();
+  ASSERT_EQ(s.step(0, {a}, {200}, SIEVE_PHASE_PREFILL), SIEVE_OK);
+  for (int32_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(s.step(0, {a}, {1}, SIEVE_PHASE_DECODE), SIEVE_OK) << s.last_error();
+    EXPECT_EQ(s.selection.k_block_pages, 2);
+    for (const auto& row : s.rows) EXPECT_EQ(row, std::vector<int32_t>{6});  // tokens 192..202 -> block 6
+  }
+}
+
+// Oracle: the top-k blocks by the true block attention (max over the group and the block of the
+// softmax probability), recomputed here in f64 from the post-RoPE vectors.
+TEST_F(SeerCpu, OracleSelectsTrueTopBlocks) {
+  SeerParams p;
+  p.block = 16;
+  p.mode = 2;
+  p.token_budget = 64;  // k = 3
+  SeerSession s(g_, p, 5);
+  ASSERT_TRUE(s.ok()) << s.create_error();
+  const int32_t a = s.add_sequence(), b = s.add_sequence();
+  ASSERT_EQ(s.step(0, {a, b}, {130, 47}, SIEVE_PHASE_PREFILL), SIEVE_OK);
+  ASSERT_EQ(s.step(0, {a, b}, {1, 1}, SIEVE_PHASE_DECODE), SIEVE_OK) << s.last_error();
+  const int32_t d = g_.head_dim, hkv = g_.n_kv_heads, grp = g_.n_q_heads / hkv;
+  int32_t r = 0;
+  for (int32_t seq : {a, b}) {
+    const auto& sq = s.seq(seq);
+    const int64_t len = int64_t(sq.k_post.size()) / (hkv * d);
+    const int32_t nb = int32_t((len + 15) / 16);
+    for (int32_t h = 0; h < hkv; ++h, ++r) {
+      std::vector<double> truth(size_t(nb), 0.0);
+      for (int32_t gh = 0; gh < grp; ++gh) {
+        std::vector<double> l(static_cast<size_t>(len));
+        double mx = -INFINITY, z = 0;
+        for (int64_t t = 0; t < len; ++t) {
+          double acc = 0;
+          for (int32_t c = 0; c < d; ++c)
+            acc += double(sq.q_post_last[size_t((h * grp + gh) * d + c)]) * sq.k_post[(size_t(t) * hkv + h) * d + c];
+          l[size_t(t)] = acc / std::sqrt(double(d));
+          mx = std::max(mx, l[size_t(t)]);
+        }
+        for (double v : l) z += std::exp(v - mx);
+        for (int64_t t = 0; t < len; ++t) truth[size_t(t / 16)] = std::max(truth[size_t(t / 16)], std::exp(l[size_t(t)] - mx) / z);
+      }
+      expect_top_k_row(s.rows[size_t(r)], truth, nb, 3, 1e-6);
+    }
+  }
+}
+
+TEST_F(SeerCpu, ValidateRefusesWithReasons) {
+  PluginLibrary lib("seer");
+  const sieve_policy_api* api = lib.negotiate()->policy;
+  auto reasons = [&](const sieve_geometry& g, const SeerParams& p) {
+    std::string all;
+    sieve_reason_sink sink{&all, [](void* c, const char* m) { *static_cast<std::string*>(c) += std::string(m) + "\n"; }};
+    auto v = seer_values(p);
+    const sieve_status st = api->validate(&g, v.data(), uint32_t(v.size()), sink);
+    return std::pair{st, all};
+  };
+  SeerParams p;
+  p.block = 16;
+  p.weights = random_gate_file(g_, 16, 8, false, "validate");
+  EXPECT_EQ(reasons(g_, p).first, SIEVE_OK) << reasons(g_, p).second;
+
+  SeerParams missing = p;
+  missing.weights = "/nonexistent/gate.safetensors";
+  auto [st1, r1] = reasons(g_, missing);
+  EXPECT_NE(st1, SIEVE_OK);
+  EXPECT_NE(r1.find("cannot open"), std::string::npos) << r1;
+
+  SeerParams empty = p;
+  empty.weights = "";
+  EXPECT_NE(reasons(g_, empty).second.find("weights is empty"), std::string::npos);
+
+  sieve_geometry other = g_;
+  other.n_kv_heads = 4;
+  auto [st2, r2] = reasons(other, p);
+  EXPECT_EQ(st2, SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(r2.find("n_kv_heads = 2, the model has 4"), std::string::npos) << r2;
+
+  sieve_geometry deeper = g_;
+  deeper.n_layers = 3;
+  EXPECT_NE(reasons(deeper, p).second.find("has 2 layers, the model 3"), std::string::npos);
+
+  SeerParams blk = p;
+  blk.block = 32;
+  EXPECT_NE(reasons(g_, blk).second.find("distilled for block 16"), std::string::npos);
+
+  SeerParams rms = p;
+  rms.rmsnorm = true;
+  EXPECT_NE(reasons(g_, rms).second.find("RMSNorm"), std::string::npos);
+
+  sieve_geometry big_page = g_;
+  big_page.page_size = 32;
+  EXPECT_NE(reasons(big_page, p).second.find("not a multiple of page_size = 32"), std::string::npos);
+
+  SeerParams odd = p;
+  odd.block = 48;
+  EXPECT_NE(reasons(g_, odd).second.find("not one of 16, 32, 64, 128"), std::string::npos);
+
+  SeerParams oracle;
+  oracle.mode = 2;
+  EXPECT_EQ(reasons(g_, oracle).first, SIEVE_OK) << "the oracle needs no weights";
+  sieve_geometry cuda = g_;
+  cuda.device = {kDLCUDA, 0};
+  EXPECT_NE(reasons(cuda, oracle).first, SIEVE_OK) << "the oracle runs on CPU only";
+}
+
+TEST(SeerGateFile, RoundTripAndRefusals) {
+  const sieve_geometry g = seer_geometry(sieve::kCpu, 6, 3, 4);
+  const sg::GateWeights w = sg::random_gate(seer_shape(g, 64, 6, true), 17);
+  const std::string path = temp_path("roundtrip");
+  sg::write_gate(path, w);
+  const sg::GateWeights r = sg::read_gate(path);
+  EXPECT_EQ(r.shape.block, 64);
+  EXPECT_EQ(r.shape.gate_dim, 6);
+  EXPECT_TRUE(r.shape.rmsnorm);
+  EXPECT_EQ(r.wq, w.wq);
+  EXPECT_EQ(r.wk, w.wk);
+  EXPECT_EQ(sg::random_gate(seer_shape(g, 64, 6, true), 17).wq, w.wq) << "deterministic per seed";
+
+  // Truncated: refused with one line naming the file.
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string cut = temp_path("cut");
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() - 10));
+  try {
+    sg::read_gate(cut);
+    ADD_FAILURE() << "a truncated gate file was accepted";
+  } catch (const sieve::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gate weights '" + cut + "'"), std::string::npos) << e.what();
+  }
+  // An odd gate_dim cannot be written.
+  EXPECT_THROW(sg::random_gate(seer_shape(g, 64, 5, false), 1), sieve::Error);
+}
+
+// ---- distillation ------------------------------------------------------------------------------
+
+// A small synthetic problem with structure a gate can learn: keys of each block share a random
+// direction; queries point at one block's direction.
+std::vector<sg::DistillSequence> synthetic_data(const sg::GateShape& s, int32_t n, int32_t T, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int32_t d = s.head_dim, hq = s.n_q_heads, hkv = s.n_kv_heads;
+  std::vector<sg::DistillSequence> out;
+  for (int32_t i = 0; i < n; ++i) {
+    std::vector<std::vector<float>> qpre(size_t(s.n_layers)), kpre(size_t(s.n_layers)), qpost, kpost;
+    for (int32_t L = 0; L < s.n_layers; ++L) {
+      const int32_t nb = (T + s.block - 1) / s.block;
+      std::vector<float> dirs(size_t(nb) * hkv * d);
+      for (float& x : dirs) x = nd(rng);
+      kpre[size_t(L)].resize(size_t(T) * hkv * d);
+      qpre[size_t(L)].resize(size_t(T) * hq * d);
+      for (int32_t t = 0; t < T; ++t) {
+        for (int32_t h = 0; h < hkv; ++h)
+          for (int32_t c = 0; c < d; ++c)
+            kpre[size_t(L)][(size_t(t) * hkv + h) * d + c] = 2.f * dirs[(size_t(t / s.block) * hkv + h) * d + c] + 0.3f * nd(rng);
+        const int32_t target = std::uniform_int_distribution<int32_t>(0, std::max(0, t / s.block))(rng);
+        for (int32_t qh = 0; qh < hq; ++qh)
+          for (int32_t c = 0; c < d; ++c)
+            qpre[size_t(L)][(size_t(t) * hq + qh) * d + c] =
+                1.5f * dirs[(size_t(target) * hkv + qh / s.group()) * d + c] + 0.3f * nd(rng);
+      }
+    }
+    qpost = qpre;  // the synthetic "model" applies no RoPE: post == pre
+    kpost = kpre;
+    out.push_back(sg::make_distill_sequence(s, T, qpre, kpre, qpost, kpost));
+  }
+  return out;
+}
+
+TEST(SeerDistill, GradientMatchesFiniteDifferences) {
+  for (bool rms : {false, true}) {
+    sg::GateShape s;
+    s.n_layers = 1;
+    s.n_q_heads = 4;
+    s.n_kv_heads = 2;
+    s.head_dim = 4;
+    s.block = 16;
+    s.gate_dim = 6;
+    s.rmsnorm = rms;
+    const auto data = synthetic_data(s, 2, 70, 3);
+    sg::GateWeights w = sg::random_gate(s, 2);
+    std::vector<float> gq, gk;
+    const std::vector<int32_t> all = {0, 1};
+    sg::gate_loss_and_grad(w, data, all, &gq, &gk);
+    std::mt19937 rng(1);
+    for (int trial = 0; trial < 12; ++trial) {
+      const bool q = trial % 2 == 0;
+      std::vector<float>& p = q ? w.wq : w.wk;
+      const size_t i = std::uniform_int_distribution<size_t>(0, p.size() - 1)(rng);
+      const float keep = p[i], eps = 1e-2f;
+      p[i] = keep + eps;
+      const double up = sg::gate_loss_and_grad(w, data, all, nullptr, nullptr);
+      p[i] = keep - eps;
+      const double down = sg::gate_loss_and_grad(w, data, all, nullptr, nullptr);
+      p[i] = keep;
+      // The reported loss is the mean over all groups' rows; the gradient is per group mean
+      // (n_kv_heads groups here, one layer), so scale by the group count.
+      const double numeric = (up - down) / (2 * eps) * s.n_kv_heads;
+      const double analytic = q ? gq[i] : gk[i];
+      EXPECT_NEAR(analytic, numeric, 2e-3 + 0.03 * std::fabs(numeric)) << (q ? "wq[" : "wk[") << i << "] rms " << rms;
+    }
+  }
+}
+
+TEST(SeerDistill, LowersKlDeterministically) {
+  sg::GateShape s;
+  s.n_layers = 1;
+  s.n_q_heads = 4;
+  s.n_kv_heads = 2;
+  s.head_dim = 8;
+  s.block = 16;
+  s.gate_dim = 8;
+  const auto train = synthetic_data(s, 6, 96, 1);
+  const auto held = synthetic_data(s, 2, 96, 2);
+  sg::DistillOptions o;
+  o.steps = 40;
+  o.batch = 2;
+  o.lr = 1e-2;  // a short run
+  o.seed = 4;
+  sg::GateWeights w = sg::random_gate(s, 4);
+  const sg::GateEval before = sg::evaluate_gate(w, held);
+  sg::distill_gate(w, train, o);
+  const sg::GateEval after = sg::evaluate_gate(w, held);
+  EXPECT_LT(after.kl, 0.7 * before.kl) << "KL " << before.kl << " -> " << after.kl;
+  EXPECT_GT(after.gate_recall, before.gate_recall);
+  EXPECT_LE(after.gate_recall, after.oracle_recall + 1e-9);
+  sg::GateWeights again = sg::random_gate(s, 4);
+  sg::distill_gate(again, train, o);
+  EXPECT_EQ(again.wq, w.wq) << "same seed, same weights";
+  EXPECT_EQ(again.wk, w.wk);
+}
+
+// Conformance, with a gate file made for the geometry conformance runs, through `sieve-conform`
+// in a fresh process (its CUDA numeric part needs a process that has not used CUDA or forked
+// yet; on a GPU machine it covers the CUDA hooks too).
+TEST(SeerConform, PassesWithAGateForTheConformGeometry) {
+  const std::string bin = std::string(SIEVE_BIN_DIR) + "/sieve-conform";
+  if (::access(bin.c_str(), X_OK) != 0) GTEST_SKIP() << bin << " is not built";
+  PluginLibrary lib("seer");
+  const sieve_policy_api* api = lib.negotiate()->policy;
+  sieve::runtime::GeometryOverride o;
+  std::string err;
+  ASSERT_TRUE(sieve::runtime::parse_geometry_override("hq=8,hkv=2,d=64,page=16", &o, &err)) << err;
+  const sieve_geometry g = sieve::runtime::declared_geometry(*api->descriptor, o);
+  const std::string gate = random_gate_file(g, 16, 16, false, "conform");
+  const std::string out = temp_path("conform_out");
+  const std::string cmd = "'" + bin + "' '" + lib.path() + "' --param weights='" + gate +
+                          "' --param block=16 --geometry hq=8,hkv=2,d=64,page=16 > '" + out + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << cmd << "\n" << text;
+  EXPECT_NE(text.find("numeric_cpu_decode"), std::string::npos) << text;
+  EXPECT_EQ(text.find("FAIL "), std::string::npos) << text;
+}
+
+}  // namespace

@@ -1,0 +1,125 @@
+// The seer plugin's CUDA path against its CPU path and the f64 gate: the same random sequences
+// (same seeds) run through a CPU session and a CUDA session (the core's CUDA paged store); the
+// K-compression cache matches the f64 recomputation, blocks become visible at the same step, the
+// budget (core/selection top-k) and threshold selections list the same blocks as the CPU (a
+// difference is allowed only at an f64 near-tie). Skips without a CUDA device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gate/gate_file.hpp"
+#include "seer_reference.hpp"
+#include "seer_session.hpp"
+
+namespace {
+
+using namespace sieve::testing;
+namespace sg = sieve::seer;
+
+bool have_cuda() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define REQUIRE_CUDA() \
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device: the seer CUDA path is checked on the GPU machine"
+
+std::string gate_file(const sieve_geometry& g, int32_t block, int32_t gate_dim, bool rms, const std::string& name) {
+  const std::string path = temp_path(name);
+  sg::write_gate(path, sg::random_gate(seer_shape(g, block, gate_dim, rms), 13));
+  return path;
+}
+
+TEST(SeerCuda, CacheMatchesF64) {
+  REQUIRE_CUDA();
+  for (bool rms : {false, true}) {
+    const sieve_geometry g = seer_geometry({kDLCUDA, 0}, 8, 2, 64, 16);
+    SeerParams p;
+    p.block = 32;
+    p.rmsnorm = rms;
+    p.weights = gate_file(g, 32, 32, rms, "cuda_cache");
+    const sg::GateWeights w = sg::read_gate(p.weights);
+    SeerSession s(g, p);
+    ASSERT_TRUE(s.ok()) << s.create_error();
+    const int32_t a = s.add_sequence(), b = s.add_sequence();
+    ASSERT_EQ(s.step(1, {a, b}, {100, 70}, SIEVE_PHASE_PREFILL), SIEVE_OK) << s.last_error();
+    int64_t pages = 0;
+    const std::vector<float> cache = s.cache(1, &pages);
+    for (auto [seq, complete] : {std::pair{a, 3}, std::pair{b, 2}})
+      for (int32_t j = 0; j < complete; ++j)
+        for (int32_t h = 0; h < 2; ++h) {
+          const float* e = cache.data() + (size_t(s.physical_page(1, seq, 2 * j)) * 2 + h) * 33;
+          ASSERT_EQ(e[32], 1.f) << "block " << j;
+          const std::vector<double> ref = ref_gate_key(w, 1, h, s.seq(seq).k_pre, j);
+          for (int32_t i = 0; i < 32; ++i) EXPECT_NEAR(e[i], ref[size_t(i)], 3e-4 * (1 + std::fabs(ref[size_t(i)])));
+        }
+  }
+}
+
+// CPU and CUDA sessions over the same sequences: identical selections step by step (or an f64
+// near-tie), for budget and threshold, with blocks completing along the way.
+TEST(SeerCuda, SameBlocksAsCpu) {
+  REQUIRE_CUDA();
+  for (uint32_t mode : {0u, 1u})
+    for (int32_t block : {16, 64}) {
+      SCOPED_TRACE(::testing::Message() << "mode " << mode << " block " << block);
+      const sieve_geometry gc = seer_geometry(sieve::kCpu, 16, 4, 32, 16, 4, 1024);
+      sieve_geometry gd = gc;
+      gd.device = {kDLCUDA, 0};
+      SeerParams p;
+      p.block = block;
+      p.mode = mode;
+      p.token_budget = 3 * block;
+      p.threshold = 0.05;
+      p.weights = gate_file(gc, block, 32, false, "cuda_same");
+      const sg::GateWeights w = sg::read_gate(p.weights);
+      SeerSession cpu(gc, p, 99), gpu(gd, p, 99);
+      ASSERT_TRUE(cpu.ok()) << cpu.create_error();
+      ASSERT_TRUE(gpu.ok()) << gpu.create_error();
+      std::vector<int32_t> ids;
+      for (int i = 0; i < 3; ++i) {
+        ids.push_back(cpu.add_sequence());
+        gpu.add_sequence();
+      }
+      const std::vector<int32_t> prompt = {block - 3, 5 * block + 7, 9 * block};
+      ASSERT_EQ(cpu.step(0, ids, prompt, SIEVE_PHASE_PREFILL), SIEVE_OK) << cpu.last_error();
+      ASSERT_EQ(gpu.step(0, ids, prompt, SIEVE_PHASE_PREFILL), SIEVE_OK) << gpu.last_error();
+      for (int32_t it = 0; it < 8; ++it) {
+        ASSERT_EQ(cpu.step(0, ids, {1, 1, 1}, SIEVE_PHASE_DECODE), SIEVE_OK) << cpu.last_error();
+        ASSERT_EQ(gpu.step(0, ids, {1, 1, 1}, SIEVE_PHASE_DECODE), SIEVE_OK) << gpu.last_error();
+        ASSERT_EQ(gpu.selection.n_rows, cpu.selection.n_rows);
+        EXPECT_EQ(gpu.selection.k_block_pages, block / 16);
+        ASSERT_EQ(gpu.rows.size(), cpu.rows.size());
+        for (size_t r = 0; r < cpu.rows.size(); ++r) {
+          if (gpu.rows[r] == cpu.rows[r]) continue;
+          // Only a near-tie in f64 may differ.
+          const int32_t seq = int32_t(r / 4), h = int32_t(r % 4);
+          const auto& sq = cpu.seq(ids[size_t(seq)]);
+          const int64_t len = int64_t(sq.k_pre.size()) / (4 * 32);
+          const int32_t nb = int32_t((len + block - 1) / block), complete = int32_t(len / block);
+          const std::vector<double> q = ref_gate_query(w, 0, h, sq.q_pre_last, len - 1);
+          std::vector<double> scores;
+          for (int32_t j = 0; j < complete; ++j)
+            scores.push_back(ref_dot(q, ref_gate_key(w, 0, h, sq.k_pre, j)) / std::sqrt(32.0));
+          if (mode == 0) {
+            expect_top_k_row(gpu.rows[r], scores, nb, 2, 1e-5);
+            continue;
+          }
+          // Threshold: a block may differ only when its f64 probability is at the threshold.
+          double mx = -INFINITY, z = 0;
+          for (double v : scores) mx = std::max(mx, v);
+          for (double v : scores) z += std::exp(v - mx);
+          for (int32_t j = 0; j + 1 < nb; ++j) {
+            const bool in_cpu = std::count(cpu.rows[r].begin(), cpu.rows[r].end(), j) > 0;
+            const bool in_gpu = std::count(gpu.rows[r].begin(), gpu.rows[r].end(), j) > 0;
+            if (in_cpu != in_gpu)
+              EXPECT_NEAR(std::exp(scores[size_t(j)] - mx) / z, 0.05, 1e-4) << "block " << j << " row " << r;
+          }
+        }
+      }
+    }
+}
+
+}  // namespace

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The SDK path as a third party walks it (one ctest, sdk.install_build_conform_run):
+#   1. the "Build, load, conform, run" block of docs/plugin-authoring.md, extracted and run
+#      verbatim: install this build tree into a fresh prefix, build docs/examples/h2o out of tree
+#      with find_package(Sieve), list it with the installed `sieve plugins`, `sieve conform` it,
+#      run it in a chain with `sieve eval`;
+#   2. checks on what those commands printed (installed plugins found, conformance passed, the
+#      chain held fewer KV bytes than dense);
+#   3. a host: hosts/c_host built out of tree against the installed Sieve::runtime and run with the
+#      example in its chain; and the same C file built with pkg-config only, finding the installed
+#      plugins next to the installed runtime library; and the Python ctypes host on the install.
+# usage: run_sdk_test.sh SOURCE_DIR BUILD_DIR WORK_DIR CMAKE_COMMAND [GENERATOR]
+set -euo pipefail
+SRC=$1
+export SIEVE_BUILD=$2
+ROOT=$3
+export PATH="$(dirname "$4"):$PATH"  # the cmake that configured this tree
+if [ -n "${5:-}" ] && [ -z "${CMAKE_GENERATOR:-}" ]; then
+  export CMAKE_GENERATOR="$5"  # nested builds use this tree's generator (Ninja needs no make)
+fi
+unset SIEVE_PLUGIN_PATH
+if [ ! -x "$SIEVE_BUILD/bin/sieve" ]; then
+  echo "sdk test: $SIEVE_BUILD/bin/sieve was not built (no Boost.program_options): skipped"
+  exit 77
+fi
+rm -rf "$ROOT"
+mkdir -p "$ROOT/work"
+export PREFIX="$ROOT/prefix" WORK="$ROOT/work"
+
+fail() { echo "sdk test: FAIL: $*" >&2; exit 1; }
+
+# 1. The guide's commands, verbatim.
+awk '/<!-- sdk-test:begin -->/{on=1; next} /<!-- sdk-test:end -->/{on=0} on' \
+  "$SRC/docs/plugin-authoring.md" | sed '/^```/d' > "$ROOT/guide.sh"
+grep -q 'cmake --install' "$ROOT/guide.sh" || fail "no sdk-test block in docs/plugin-authoring.md"
+echo "== docs/plugin-authoring.md, as written:"
+cat "$ROOT/guide.sh"
+echo "== running it"
+if ! (cd "$WORK" && bash -e -x "$ROOT/guide.sh") > "$ROOT/guide.log" 2>&1; then
+  cat "$ROOT/guide.log"
+  fail "a command of the guide failed (output above)"
+fi
+cat "$ROOT/guide.log"
+
+# 2. What the commands printed.
+grep -Eq '^h2o\b|^  *h2o\b|\bh2o ' "$ROOT/guide.log" || fail "sieve plugins did not list h2o"
+for p in dense streaming; do
+  grep -q "$PREFIX/lib.*/sieve/plugins/libsieve_$p.so" "$ROOT/guide.log" ||
+    fail "the installed sieve did not find the installed plugin $p under $PREFIX"
+done
+grep -Eq '^PASS: [0-9]+ passed, 0 failed' "$ROOT/guide.log" || fail "sieve conform did not pass"
+kv=$(grep -E 'KV bytes after the last step: dense [0-9]+, chain [0-9]+' "$ROOT/guide.log" | tail -1)
+[ -n "$kv" ] || fail "sieve eval printed no KV bytes"
+dense=$(echo "$kv" | sed -E 's/.*dense ([0-9]+), chain ([0-9]+).*/\1/')
+chain=$(echo "$kv" | sed -E 's/.*dense ([0-9]+), chain ([0-9]+).*/\2/')
+[ "$chain" -lt "$dense" ] || fail "h2o evicted nothing: KV bytes dense $dense, chain $chain"
+echo "== h2o in a chain: KV bytes dense $dense, chain $chain"
+"$PREFIX/bin/sieve-conform" "$WORK/h2o/build/libsieve_h2o.so" --json > "$ROOT/conform.json" ||
+  fail "sieve-conform --json failed: $(cat "$ROOT/conform.json")"
+grep -q '"schema": "sieve.conform/1"' "$ROOT/conform.json" || fail "sieve-conform --json: no schema"
+
+# 3. A host in C against the installed package: CMake, then pkg-config alone.
+cmake -S "$SRC/hosts/c_host" -B "$WORK/c_host" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release > "$ROOT/c_host.log" 2>&1 &&
+  cmake --build "$WORK/c_host" >> "$ROOT/c_host.log" 2>&1 || { cat "$ROOT/c_host.log"; fail "c_host did not build against the install"; }
+"$WORK/c_host/sieve_c_host" --plugin-dir "$WORK/h2o/build" --chain 'decode:*=h2o(budget_pages=3, recent_pages=1)' ||
+  fail "c_host with h2o in its chain failed"
+if command -v pkg-config > /dev/null && command -v cc > /dev/null; then
+  export PKG_CONFIG_PATH="$(dirname "$(find "$PREFIX" -name sieve-runtime.pc | head -1)")"
+  cc -std=c11 -O1 "$SRC/hosts/c_host/c_host.c" $(pkg-config --cflags --libs sieve-runtime) -lm -o "$WORK/c_host_pc" ||
+    fail "c_host did not build with pkg-config sieve-runtime"
+  # No --plugin-dir: the default chain's streaming plugin is found next to the installed library.
+  (cd / && "$WORK/c_host_pc") || fail "c_host (pkg-config build) failed"
+fi
+# Python through ctypes, on the installed library (no compiler involved).
+if command -v python3 > /dev/null; then
+  python3 "$PREFIX/share/doc/Sieve/examples/python_ctypes/sieve_host.py" "$(find "$PREFIX" -name libsieve_runtime.so | head -1)" ||
+    fail "the Python ctypes host failed"
+fi
+echo "sdk test: PASS"

@@ -1,0 +1,187 @@
+// page_bound.hpp / minmax_sidecar.hpp: the bound is never below a page's true largest logit
+// (property test on random pages, f64 truth), it is tight for a one-token page, incremental
+// min/max maintenance over ragged appends equals a recomputation bit for bit (f32 and bf16
+// pages), the catch-up of unseen tokens, and page_bounds_cpu's layouts and GQA max.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sieve/selection/minmax_sidecar.hpp>
+#include <sieve/selection/page_bound.hpp>
+#include <sieve/util/tensor.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "mocks/fake_paged_kv.hpp"
+#include "mocks/mock_kv_store.hpp"
+#include "support/layer_call.hpp"
+
+namespace {
+
+namespace sel = sieve::selection;
+using namespace sieve::testing;
+
+TEST(PageBound, NeverBelowTheTrueMaxLogitOfAPage) {
+  std::mt19937 rng(3);
+  for (const int32_t d : {1, 8, 33, 64, 100, 128}) {
+    for (int iter = 0; iter < 400; ++iter) {
+      const int32_t tokens = 1 + int32_t(rng() % 16);
+      std::normal_distribution<float> n(0.f, iter % 3 == 0 ? 10.f : 1.f);
+      std::vector<float> q(static_cast<size_t>(d)), k(size_t(tokens) * size_t(d)), mn(static_cast<size_t>(d)), mx(static_cast<size_t>(d));
+      for (auto& v : q) v = n(rng);
+      for (auto& v : k) v = n(rng) + (iter % 5 == 0 ? 3.f : 0.f);  // shifted pages too
+      for (int32_t c = 0; c < d; ++c) {
+        mn[size_t(c)] = mx[size_t(c)] = k[size_t(c)];
+        for (int32_t t = 1; t < tokens; ++t) {
+          mn[size_t(c)] = std::min(mn[size_t(c)], k[size_t(t) * d + size_t(c)]);
+          mx[size_t(c)] = std::max(mx[size_t(c)], k[size_t(t) * d + size_t(c)]);
+        }
+      }
+      double truth = -INFINITY, mag = 0.0;
+      for (int32_t t = 0; t < tokens; ++t) {
+        double dot = 0.0;
+        for (int32_t c = 0; c < d; ++c) dot += double(q[size_t(c)]) * k[size_t(t) * d + size_t(c)];
+        truth = std::max(truth, dot);
+      }
+      for (int32_t c = 0; c < d; ++c)
+        mag += std::abs(double(q[size_t(c)])) * std::max(std::abs(mn[size_t(c)]), std::abs(mx[size_t(c)]));
+      const float bound = sel::page_bound(q.data(), mn.data(), mx.data(), d);
+      const double tol = 1e-6 * mag * d;  // f32 summation error only
+      ASSERT_GE(double(bound), truth - tol) << "d=" << d << " tokens=" << tokens << " iter " << iter;
+      if (tokens == 1) {
+        ASSERT_NEAR(double(bound), truth, tol) << "a one-token page's bound is its logit";
+      }
+    }
+  }
+}
+
+// Ragged appends into a FakePagedKv; after each, the incremental sidecar equals a recomputation.
+void incremental_equals_recompute(DLDataType dtype, int32_t head_dim) {
+  sieve_geometry g = test_geometry(4, 3, 256);
+  g.head_dim = head_dim;
+  g.rope_dim = head_dim;
+  g.kv_dtype = dtype;
+  FakePagedKv store(test_kv_config(g, 256));
+  sieve_sidecar_desc desc{SIEVE_HEADER_INIT(sieve_sidecar_desc), "quest.minmax", dtype, 2 * head_dim};
+  int32_t slot = -1;
+  ASSERT_EQ(store.register_sidecar(&desc, &slot), SIEVE_OK);
+  std::vector<int32_t> ids(3);
+  for (auto& id : ids) ASSERT_EQ(store.add_sequence(&id), SIEVE_OK);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.f, 2.f);
+  for (int round = 0; round < 12; ++round) {
+    std::vector<int32_t> indptr = {0};
+    for (int b = 0; b < 3; ++b) indptr.push_back(indptr.back() + int32_t(rng() % (round == 0 ? 9 : 6)));
+    sieve::HostTensor k({indptr.back(), g.n_kv_heads, g.head_dim}, sieve::kF32), v = k;
+    for (int64_t i = 0; i < k.numel(); ++i) k.set(i, n(rng)), v.set(i, n(rng));
+    for (int32_t layer = 0; layer < g.n_layers; ++layer) {
+      sieve_kv_append a{SIEVE_HEADER_INIT(sieve_kv_append), layer, 3, ids.data(), indptr.data(),
+                        &k.dl(), &v.dl(), nullptr};
+      ASSERT_EQ(store.append(&a), SIEVE_OK) << store.last_error();
+      sieve_paged_kv view{};
+      ASSERT_EQ(store.view(layer, ids.data(), 3, &view), SIEVE_OK);
+      DLTensor side{};
+      ASSERT_EQ(store.sidecar(layer, slot, &side), SIEVE_OK);
+      sel::minmax_on_append_cpu(view, indptr.data(), side);
+      std::vector<float> mn(static_cast<size_t>(head_dim)), mx(static_cast<size_t>(head_dim));
+      for (int32_t b = 0; b < 3; ++b) {
+        const int32_t pages = view.indptr_host[b + 1] - view.indptr_host[b];
+        for (int32_t j = 0; j < pages; ++j) {
+          const int32_t phys = sieve::data_ptr<int32_t>(view.indices)[view.indptr_host[b] + j];
+          const int32_t tokens = j + 1 < pages ? g.page_size : view.last_page_len_host[b];
+          for (int32_t h = 0; h < g.n_kv_heads; ++h) {
+            sel::minmax_recompute_cpu(view, phys, h, tokens, mn.data(), mx.data());
+            for (int32_t c = 0; c < head_dim; ++c) {
+              const int64_t base = (int64_t(phys) * g.n_kv_heads + h) * 2 * head_dim;
+              ASSERT_EQ(sieve::load_float(side.data, dtype, base + c), mn[size_t(c)])
+                  << "round " << round << " seq " << b << " page " << j << " head " << h << " c " << c;
+              ASSERT_EQ(sieve::load_float(side.data, dtype, base + head_dim + c), mx[size_t(c)]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PageBound, IncrementalMinMaxEqualsRecomputationF32) { incremental_equals_recompute(sieve::kF32, 8); }
+TEST(PageBound, IncrementalMinMaxEqualsRecomputationBf16) { incremental_equals_recompute(sieve::kBF16, 40); }
+TEST(PageBound, IncrementalMinMaxEqualsRecomputationF16) { incremental_equals_recompute(sieve::kF16, 33); }
+
+TEST(MinMaxSidecar, CatchesUpTokensItNeverSawAndRegistersPerInstance) {
+  sieve_geometry g = test_geometry(4, 2, 128);
+  FakePagedKv fake(test_kv_config(g, 64));
+  ::testing::NiceMock<MockKvStore> store;
+  store.delegate_to(fake);
+  sel::MinMaxSidecar first(store.handle(), store.api(), g, "quest.minmax");
+  sel::MinMaxSidecar second(store.handle(), store.api(), g, "quest.minmax");
+  EXPECT_EQ(first.name(), "quest.minmax");
+  EXPECT_EQ(second.name(), "quest.minmax.1");  // a second instance on the same store
+  int32_t id = -1;
+  ASSERT_EQ(fake.add_sequence(&id), SIEVE_OK);
+  std::mt19937 rng(9);
+  ASSERT_EQ(fake.append_random(id, 13, rng), SIEVE_OK);  // a prompt `first` never saw
+  ASSERT_EQ(fake.append_random(id, 1, rng), SIEVE_OK);
+  {
+    LayerCall call(fake, g, SIEVE_PHASE_DECODE, 1, {id}, {1}, rng, store.handle(), store.api());
+    EXPECT_TRUE(first.on_append(*call.get(), nullptr)) << "13 unseen tokens: catch-up";
+    EXPECT_EQ(first.folded(1, id), 14);
+    const DLTensor side = first.tensor(*call.get());
+    std::vector<float> mn(8), mx(8);
+    const auto& pages = fake.pages(1, id);
+    for (size_t j = 0; j < pages.size(); ++j)
+      for (int32_t h = 0; h < g.n_kv_heads; ++h) {
+        sel::minmax_recompute_cpu(call.view(), pages[j], h, j + 1 < pages.size() ? 4 : 2, mn.data(), mx.data());
+        for (int32_t c = 0; c < 8; ++c) {
+          const int64_t base = (int64_t(pages[j]) * g.n_kv_heads + h) * 16;
+          ASSERT_EQ(sieve::load_float(side.data, sieve::kF32, base + c), mn[size_t(c)]);
+          ASSERT_EQ(sieve::load_float(side.data, sieve::kF32, base + 8 + c), mx[size_t(c)]);
+        }
+      }
+  }
+  ASSERT_EQ(fake.append_random(id, 1, rng), SIEVE_OK);
+  LayerCall next(fake, g, SIEVE_PHASE_DECODE, 1, {id}, {1}, rng, store.handle(), store.api());
+  EXPECT_FALSE(first.on_append(*next.get(), nullptr)) << "followed since: incremental";
+}
+
+TEST(PageBound, ScoresPerQueryHeadAndGroupMaxInBothLayouts) {
+  sieve_geometry g = test_geometry(4, 2, 128);  // 4 q heads, 2 KV heads
+  FakePagedKv fake(test_kv_config(g, 64));
+  ::testing::NiceMock<MockKvStore> store;
+  store.delegate_to(fake);
+  sel::MinMaxSidecar side(store.handle(), store.api(), g, "quest.minmax");
+  std::vector<int32_t> ids(2);
+  std::mt19937 rng(1);
+  for (auto& id : ids) ASSERT_EQ(fake.add_sequence(&id), SIEVE_OK);
+  ASSERT_EQ(fake.append_random(ids[0], 17, rng), SIEVE_OK);
+  ASSERT_EQ(fake.append_random(ids[1], 9, rng), SIEVE_OK);
+  LayerCall call(fake, g, SIEVE_PHASE_DECODE, 0, ids, {1, 1}, rng, store.handle(), store.api());
+  side.on_append(*call.get(), nullptr);  // catch-up of everything
+  const DLTensor t = side.tensor(*call.get());
+  const int32_t nnz = call.view().indptr_host[2];
+  std::vector<float> per_head(size_t(nnz) * 4, NAN), per_head_t(size_t(nnz) * 4, NAN),
+      group(size_t(nnz) * 2, NAN), scratch(size_t(6) * 8);
+  sel::page_bounds_cpu(call.view(), t, *call.get()->q, call.get()->qo_indptr_host, 4, false,
+                       per_head.data(), {4, 1}, scratch.data());
+  sel::page_bounds_cpu(call.view(), t, *call.get()->q, call.get()->qo_indptr_host, 4, false,
+                       per_head_t.data(), {1, nnz}, scratch.data());
+  sel::page_bounds_cpu(call.view(), t, *call.get()->q, call.get()->qo_indptr_host, 4, true,
+                       group.data(), {2, 1}, scratch.data());
+  const auto* q = static_cast<const float*>(call.get()->q->data);
+  for (int32_t b = 0; b < 2; ++b)
+    for (int32_t j = call.view().indptr_host[b]; j < call.view().indptr_host[b + 1]; ++j) {
+      const int32_t phys = sieve::data_ptr<int32_t>(call.view().indices)[j];
+      for (int32_t h = 0; h < 4; ++h) {
+        const float* mm = static_cast<const float*>(t.data) + (int64_t(phys) * 2 + h / 2) * 16;
+        const float want = sel::page_bound(q + (b * 4 + h) * 8, mm, mm + 8, 8);
+        ASSERT_EQ(per_head[size_t(j) * 4 + size_t(h)], want);
+        ASSERT_EQ(per_head_t[size_t(h) * nnz + size_t(j)], want);
+      }
+      for (int32_t kh = 0; kh < 2; ++kh)
+        ASSERT_EQ(group[size_t(j) * 2 + size_t(kh)],
+                  std::max(per_head[size_t(j) * 4 + size_t(2 * kh)], per_head[size_t(j) * 4 + size_t(2 * kh + 1)]));
+    }
+}
+
+}  // namespace
