@@ -57,6 +57,10 @@ fi
 if [ -n "$cases" ]; then
   t0=$(date +%s)
   : > "$OUT/policy.log"
+  rm -f $B/policy-*.json
+  # SeerAttention-R's speed rows need a gate file of their geometry (untrained: speed only).
+  [ -x $B/bin/seer_random_gate ] && $B/bin/seer_random_gate --out $B/seer_64q8kv.safetensors \
+    --layers 1 --hq 64 --hkv 8 --d 128 --block 64 >> "$OUT/policy.log" 2>&1
   i=0
   while IFS= read -r line; do
     case "$line" in ''|'#'*) continue ;; esac

@@ -2,7 +2,7 @@
 """Sieve's evaluation report: fidelity, memory and speed of every policy, in tables and plots.
 
     python3 bench/report/sieve_report.py [--build build] [--out docs/report]
-                                         [--gpu-results DIR] [--profile full|quick]
+                                         [--gpu-results PATH...] [--profile full|quick]
 
 It runs the CPU measurements itself with the built tools (`sieve eval`, `sieve attn`, `sieve run`,
 `sieve_bench`), folds in the JSON a GPU-machine run left behind (`sieve_bench --json`: the kernel
@@ -65,6 +65,7 @@ class Runner:
         if self.verbose:
             print(f"  $ {shown}", file=sys.stderr)
         t0 = time.time()
+        shown = shown.replace(SOURCE + "/", "")  # commands as run from the source tree
         p = subprocess.run(args, capture_output=True, text=True, cwd=SOURCE)
         if p.returncode != 0:
             line = (p.stderr.strip() or p.stdout.strip()).splitlines()
@@ -360,11 +361,14 @@ def policy_runs(j):
     return [j] if j.get("meta", {}).get("benchmark") == "policy_step" else []
 
 
-def load_gpu_results(gpu_dir):
+def load_gpu_results(gpu_paths):
+    """Kernel-suite and policy-benchmark JSON files among the given files and directories (other
+    JSON files are ignored)."""
     suites, policies = [], []
-    if not gpu_dir:
-        return suites, policies
-    for path in sorted(glob.glob(os.path.join(gpu_dir, "*.json"))):
+    files = []
+    for g in gpu_paths or []:
+        files += sorted(glob.glob(os.path.join(g, "*.json"))) if os.path.isdir(g) else [g]
+    for path in files:
         try:
             j = json.load(open(path))
         except (OSError, ValueError):
@@ -615,7 +619,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(SOURCE, "build"), help="the build directory (default: build)")
     ap.add_argument("--out", default=os.path.join(SOURCE, "docs", "report"), help="where README.md and the plots go")
-    ap.add_argument("--gpu-results", default=None, help="directory with sieve_bench JSON files from the GPU machine")
+    ap.add_argument("--gpu-results", nargs="+", default=None, metavar="PATH",
+                    help="files or directories with sieve_bench JSON files from the GPU machine")
     ap.add_argument("--profile", default="full", choices=["full", "quick"], help="measurement sizes (quick: CI)")
     ap.add_argument("--synthetic-keys", default="", help="extra `sieve attn` options for the synthetic prefill keys")
     ap.add_argument("--check", metavar="DIR", help="only verify a written report in DIR")
