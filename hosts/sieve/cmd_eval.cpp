@@ -4,13 +4,14 @@
 // (core/model/include/sieve/model/fidelity_eval.hpp says how each is measured); this only prints.
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "commands.hpp"
 #include "model_args.hpp"
+#include "parse_options.hpp"
+#include "prompts.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/util/error.hpp"
 
@@ -19,23 +20,6 @@ namespace po = boost::program_options;
 namespace sieve::cli {
 
 namespace {
-
-const std::vector<std::string> kDefaultPrompts = {
-    "Once upon a time",
-    "Lily and Ben went to the park to play",
-    "The little dog was sad because",
-    "One day, a big bird flew",
-};
-
-std::vector<std::string> read_prompts(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail(SIEVE_ERR_NOT_FOUND, "prompts file '" + path + "': cannot open");
-  std::vector<std::string> out;
-  for (std::string line; std::getline(f, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);
-  if (out.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, "prompts file '" + path + "' has no non-blank line");
-  return out;
-}
 
 nlohmann::json to_json(const model::AttentionFidelity& a) {
   return {{"rows", a.rows}, {"recall", a.recall}, {"min_recall", a.min_recall},
@@ -75,17 +59,7 @@ int cmd_eval(int argc, char** argv) {
       ("plugin-dir", po::value(&ma.plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", "print JSON instead of a table");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve eval: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (const auto done = parse_options("sieve eval", opts, argc, argv, &vm)) return *done;
   if (chain_text.empty()) {
     std::fprintf(stderr, "sieve eval: --chain is required (e.g. --chain 'streaming(sink=4,window=64)')\n");
     return 2;
@@ -106,7 +80,7 @@ int cmd_eval(int argc, char** argv) {
     if (!discover_plugins(ma, &registry, &error)) fail(SIEVE_ERR_NOT_FOUND, error);
     const model::ModelWeights w = load_model_arg(ma);
     const model::Tokenizer tok = load_tokenizer_arg(ma, w);
-    const std::vector<std::string> texts = prompts_file.empty() ? kDefaultPrompts : read_prompts(prompts_file);
+    const std::vector<std::string> texts = prompts_or_defaults(prompts_file);
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& t : texts) prompts.push_back(tok.encode(t, true, false));
     const model::EvalReport r = model::evaluate_fidelity(w, prompts, spec, registry, eo);
@@ -123,6 +97,9 @@ int cmd_eval(int argc, char** argv) {
       j["free_running"] = {{"token_agreement", r.token_agreement}, {"first_divergence", r.first_divergence}};
       j["kv_bytes"] = {{"dense", r.kv_bytes_dense}, {"chain", r.kv_bytes_chain}};
       j["seconds"] = {{"dense", r.dense_seconds}, {"chain", r.chain_seconds}, {"measured_run", r.measure_seconds}};
+      j["metrics"] = nlohmann::json::object();
+      for (const auto& [name, m] : r.metrics)
+        j["metrics"][name] = {{"count", m.count}, {"mean", m.mean()}, {"min", m.min}, {"max", m.max}};
       for (size_t b = 0; b < prompts.size(); ++b)
         j["texts"].push_back({{"prompt", texts[b]},
                               {"dense", tok.decode(r.dense_tokens[b], prompts[b].back())},
@@ -151,6 +128,9 @@ int cmd_eval(int argc, char** argv) {
                 firsts.c_str());
     std::printf("KV bytes after the last step: dense %llu, chain %llu\n",
                 static_cast<unsigned long long>(r.kv_bytes_dense), static_cast<unsigned long long>(r.kv_bytes_chain));
+    for (const auto& [name, m] : r.metrics)
+      std::printf("metric %s (reported by the chain): mean %.4f, min %.4f, max %.4f over %llu reports\n", name.c_str(),
+                  m.mean(), m.min, m.max, static_cast<unsigned long long>(m.count));
     const double toks = double(r.prompts) * r.steps;
     std::printf("time (free-running, prefill + decode): dense %.3f s (%.0f tokens/s), chain %.3f s (%.0f tokens/s)\n",
                 r.dense_seconds, toks / r.dense_seconds, r.chain_seconds, toks / r.chain_seconds);

@@ -251,6 +251,7 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
       }
     });
     rep.measure_seconds = since(t0);
+    rep.metrics = engine.services().metrics();
     double kl_sum = 0;
     int64_t agree = 0;
     for (size_t b = 0; b < B; ++b)

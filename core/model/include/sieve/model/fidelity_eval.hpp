@@ -93,6 +93,9 @@ struct EvalReport {
   uint64_t kv_bytes_dense = 0, kv_bytes_chain = 0;
   double dense_seconds = 0, chain_seconds = 0;  // free-running generations (prefill + decode)
   double measure_seconds = 0;                   // the teacher-forced run with its measurements
+  // What the chain's plugins reported through the host's `metric` service in the teacher-forced
+  // run (e.g. Delta-KV's kv_reduction, DPXA's density), summarised over every call.
+  std::vector<std::pair<std::string, runtime::HostServices::MetricSummary>> metrics;
 
   std::vector<std::vector<int32_t>> prompt_tokens, dense_tokens, chain_tokens;
 };
