@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -30,6 +29,9 @@
 
 #include "calibrate.hpp"
 #include "model_args.hpp"
+#include "parse_options.hpp"
+#include "probe_copy.hpp"
+#include "prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/model/engine.hpp"
 #include "sieve/model/fidelity_eval.hpp"
@@ -43,13 +45,6 @@ namespace po = boost::program_options;
 namespace sieve::cli {
 
 namespace {
-
-const std::vector<std::string> kDefaultPrompts = {
-    "Once upon a time",
-    "Lily and Ben went to the park to play",
-    "The little dog was sad because",
-    "One day, a big bird flew",
-};
 
 struct LayerShift {
   double tv_sum = 0;
@@ -100,11 +95,8 @@ void measure(const model::LayerProbe& p, const model::ModelConfig& c, Study& s) 
   HostTensor q({n, hq, hd}, kF32), out({n, hq, hd}, kF32), qo({p.batch + 1}, kI32);
   runtime::copy_to_host(*p.services, q.dl().data, *p.q, q.nbytes());
   std::memcpy(qo.data<int32_t>(), p.qo_indptr_host, size_t(p.batch + 1) * 4);
-  sieve_paged_kv view{};
-  if (sieve_status st = p.kv_api->view(p.kv, p.layer, p.seq_ids, p.batch, &view); st != SIEVE_OK)
-    fail(st, "calibrate: KV view of layer " + std::to_string(p.layer) + ": " + p.kv_api->last_error(p.kv));
   runtime::HostPagedView hv;
-  runtime::copy_view_to_host(*p.services, view, &hv);
+  probe_cache_to_host(p, "calibrate", &hv);
   sieve_attention_args args = kernels::make_attention_args(p.phase, hq, hkv, hd, &q.dl(), &out.dl(), &qo.dl(),
                                                            qo.data<int32_t>(), &hv.view);
   reference::RefOptions ro;
@@ -153,16 +145,6 @@ void measure(const model::LayerProbe& p, const model::ModelConfig& c, Study& s) 
   }
 }
 
-std::vector<std::string> read_prompt_lines(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail(SIEVE_ERR_NOT_FOUND, "prompts file '" + path + "': cannot open");
-  std::vector<std::string> out;
-  for (std::string line; std::getline(f, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);
-  if (out.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, "prompts file '" + path + "' has no non-blank line");
-  return out;
-}
-
 std::string list_text(const std::vector<int32_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) {
@@ -195,17 +177,7 @@ int calibrate_delta(int argc, char** argv) {
       ("select", po::value(&n_select)->default_value(0), "Δ-layers to suggest (0: 3 for >= 16 layers, 2 for >= 8, else 1)")
       ("json", "print JSON instead of a table");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve calibrate delta: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (const auto done = parse_options("sieve calibrate delta", opts, argc, argv, &vm)) return *done;
   std::string error;
   model::EngineOptions eo;
   if (!engine_options(ma, &eo, &error)) {
@@ -235,7 +207,7 @@ int calibrate_delta(int argc, char** argv) {
     }
     if (n_select == 0) n_select = c.n_layers >= 16 ? 3 : c.n_layers >= 8 ? 2 : 1;
     n_select = std::min(n_select, c.n_layers - n_dense);
-    const std::vector<std::string> texts = prompts_file.empty() ? kDefaultPrompts : read_prompt_lines(prompts_file);
+    const std::vector<std::string> texts = prompts_or_defaults(prompts_file);
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& t : texts) {
       prompts.push_back(tok.encode(t, true, false));

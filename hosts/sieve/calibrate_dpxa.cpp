@@ -26,6 +26,9 @@
 #include "calibrate.hpp"
 #include "core/dpxa_core.hpp"
 #include "model_args.hpp"
+#include "parse_options.hpp"
+#include "probe_copy.hpp"
+#include "prompts.hpp"
 #include "sieve/model/engine.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/reference/long_context.hpp"
@@ -38,6 +41,7 @@ namespace sieve::cli {
 
 namespace {
 
+// Longer than default_prompts(): the calibration rows come from prefill query blocks.
 const std::vector<std::string> kDefaultPrompts = {
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. "
     "One day, she saw a big red ball in the park. She ran to get it, but a dog took it first.",
@@ -88,11 +92,8 @@ void probe(const model::LayerProbe& p, const model::ModelConfig& c, Study& s) {
   const int32_t n = p.qo_indptr_host[p.batch], hq = c.n_heads, hkv = c.n_kv_heads, d = c.head_dim();
   std::vector<float> q(size_t(n) * hq * d);
   runtime::copy_to_host(*p.services, q.data(), *p.q, q.size() * 4);
-  sieve_paged_kv view{};
-  if (sieve_status st = p.kv_api->view(p.kv, p.layer, p.seq_ids, p.batch, &view); st != SIEVE_OK)
-    fail(st, "calibrate: KV view of layer " + std::to_string(p.layer) + ": " + p.kv_api->last_error(p.kv));
   runtime::HostPagedView hv;
-  runtime::copy_view_to_host(*p.services, view, &hv);
+  probe_cache_to_host(p, "calibrate", &hv);
   const int32_t ps = hv.view.page_size;
   for (int32_t b = 0; b < p.batch; ++b) {
     const int64_t n_new = p.qo_indptr_host[b + 1] - p.qo_indptr_host[b];
@@ -108,16 +109,6 @@ void probe(const model::LayerProbe& p, const model::ModelConfig& c, Study& s) {
     add_sequence(s, p.layer, q.data() + int64_t(p.qo_indptr_host[b]) * hq * d, n_new, k.data(), kv_len,
                  hq, hkv, d);
   }
-}
-
-std::vector<std::string> read_prompt_lines(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail(SIEVE_ERR_NOT_FOUND, "prompts file '" + path + "': cannot open");
-  std::vector<std::string> out;
-  for (std::string line; std::getline(f, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);
-  if (out.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, "prompts file '" + path + "' has no non-blank line");
-  return out;
 }
 
 double density(const std::vector<dpxa::CalibrationRow>& rows, float tau) {
@@ -166,17 +157,7 @@ int calibrate_dpxa(int argc, char** argv) {
       ("seed", po::value(&seed)->default_value(1), "--synthetic: first seed")
       ("json", "print JSON instead of a table");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve calibrate dpxa: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (const auto done = parse_options("sieve calibrate dpxa", opts, argc, argv, &vm)) return *done;
   auto usage_error = [](const std::string& m) {
     std::fprintf(stderr, "sieve calibrate dpxa: %s\n", m.c_str());
     return 2;
@@ -224,7 +205,7 @@ int calibrate_dpxa(int argc, char** argv) {
       const model::ModelWeights w = load_model_arg(ma);
       const model::Tokenizer tok = load_tokenizer_arg(ma, w);
       const model::ModelConfig& c = w.config;
-      const std::vector<std::string> texts = prompts_file.empty() ? kDefaultPrompts : read_prompt_lines(prompts_file);
+      const std::vector<std::string> texts = prompts_or_defaults(prompts_file, kDefaultPrompts);
       s.n_layers = c.n_layers;
       s.n_heads = c.n_heads;
       s.cfg.scale = 1.0f / std::sqrt(float(c.head_dim()));

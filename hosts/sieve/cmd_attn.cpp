@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "parse_options.hpp"
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/registry.hpp"
 #include "sieve/runtime/synthetic.hpp"
@@ -108,17 +109,7 @@ int cmd_attn(int argc, char** argv) {
       ("plugin-dir", po::value(&plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", "print JSON instead of a table");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve attn: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (const auto done = parse_options("sieve attn", opts, argc, argv, &vm)) return *done;
   const bool json = vm.count("json") > 0;
   const bool builtin = chain_text.empty() && chain_file.empty();
 

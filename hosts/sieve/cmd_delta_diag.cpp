@@ -34,6 +34,9 @@
 
 #include "commands.hpp"
 #include "model_args.hpp"
+#include "parse_options.hpp"
+#include "probe_copy.hpp"
+#include "prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/model/fidelity_eval.hpp"
@@ -106,16 +109,6 @@ struct LayerRows {
   std::vector<std::vector<double>> probs;  // [rows * hq]: causal keys of the row
 };
 
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail(SIEVE_ERR_NOT_FOUND, "prompts file '" + path + "': cannot open");
-  std::vector<std::string> out;
-  for (std::string line; std::getline(f, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);
-  if (out.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, "prompts file '" + path + "' has no non-blank line");
-  return out;
-}
-
 // The last `last` queries of every sequence of a prefill probe: their outputs and their dense
 // attention rows from this run's own q and resident K.
 void capture(const model::LayerProbe& p, const model::ModelConfig& c, int32_t last, LayerRows* into) {
@@ -125,11 +118,8 @@ void capture(const model::LayerProbe& p, const model::ModelConfig& c, int32_t la
   runtime::copy_to_host(*p.services, q.dl().data, *p.q, q.nbytes());
   runtime::copy_to_host(*p.services, out.dl().data, *p.out, out.nbytes());
   std::memcpy(qo.data<int32_t>(), p.qo_indptr_host, size_t(p.batch + 1) * 4);
-  sieve_paged_kv view{};
-  if (sieve_status st = p.kv_api->view(p.kv, p.layer, p.seq_ids, p.batch, &view); st != SIEVE_OK)
-    fail(st, "delta-diag: KV view of layer " + std::to_string(p.layer) + ": " + p.kv_api->last_error(p.kv));
   runtime::HostPagedView hv;
-  runtime::copy_view_to_host(*p.services, view, &hv);
+  probe_cache_to_host(p, "delta-diag", &hv);
   std::vector<int32_t> rows;
   for (int32_t b = 0; b < p.batch; ++b)
     for (int32_t t = std::max(p.qo_indptr_host[b], p.qo_indptr_host[b + 1] - last); t < p.qo_indptr_host[b + 1]; ++t)
@@ -184,7 +174,7 @@ std::vector<ChainResult> run_model(const ModelArgs& ma, const std::string& promp
   const model::ModelWeights w = load_model_arg(ma);
   const model::Tokenizer tok = load_tokenizer_arg(ma, w);
   std::vector<std::vector<int32_t>> prompts;
-  for (const auto& t : read_lines(prompts_file)) prompts.push_back(tok.encode(t, true, false));
+  for (const auto& t : read_prompts(prompts_file)) prompts.push_back(tok.encode(t, true, false));
   model::EngineOptions eo;
   if (!engine_options(ma, &eo, &error)) fail(SIEVE_ERR_INVALID_ARGUMENT, error);
   eo.max_batch = int32_t(prompts.size());
@@ -447,17 +437,7 @@ int cmd_delta_diag(int argc, char** argv) {
       ("plugin-dir", po::value(&ma.plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", po::value(&json_file), "also write the results as JSON to this file");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve delta-diag: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (const auto done = parse_options("sieve delta-diag", opts, argc, argv, &vm)) return *done;
   if (prompts_file.empty() == (synthetic == 0)) {
     std::fprintf(stderr, "sieve delta-diag: give exactly one of --prompts FILE (model) or --synthetic N\n");
     return 2;

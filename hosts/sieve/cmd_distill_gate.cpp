@@ -20,6 +20,7 @@
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
 #include "model_args.hpp"
+#include "parse_options.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/model/generate.hpp"
 #include "sieve/util/error.hpp"
@@ -102,17 +103,7 @@ int cmd_distill_gate(int argc, char** argv) {
       ("rmsnorm", po::bool_switch(&rmsnorm), "RMSNorm inside the gate (the plugin then needs rmsnorm=true)")
       ("random", po::bool_switch(&random_only), "write the random initialisation, no training");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve distill-gate: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (const auto done = parse_options("sieve distill-gate", opts, argc, argv, &vm)) return *done;
   auto usage_error = [](const std::string& m) {
     std::fprintf(stderr, "sieve distill-gate: %s\n", m.c_str());
     return 2;

@@ -11,6 +11,7 @@
 #include <sieve/runtime/registry.hpp>
 
 #include "commands.hpp"
+#include "parse_options.hpp"
 
 namespace po = boost::program_options;
 using namespace sieve::runtime;
@@ -129,17 +130,7 @@ int cmd_plugins(int argc, char** argv) {
       "search this directory first (repeatable)")("json", po::bool_switch(&json),
                                                   "machine-readable output");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve plugins: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (const auto done = parse_options("sieve plugins", desc, argc, argv, &vm)) return *done;
 
   Registry registry = Registry::discover(options);
   const bool missing = !registry.missing_dirs().empty();

@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "model_args.hpp"
+#include "parse_options.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/model/generate.hpp"
 #include "sieve/util/error.hpp"
@@ -40,17 +41,7 @@ int cmd_run(int argc, char** argv) {
       ("kv-trace", po::value(&kv_trace), "write the store's resident KV bytes after the prefill and every decode "
                                          "step to this CSV file (step,tokens,kv_bytes)");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve run: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (const auto done = parse_options("sieve run", opts, argc, argv, &vm)) return *done;
   if (go.steps < 1) {
     std::fprintf(stderr, "sieve run: --steps must be >= 1, got %d\n", go.steps);
     return 2;

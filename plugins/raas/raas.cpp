@@ -26,8 +26,19 @@
 // The chain grammar cannot say this with two plugins (docs/methods/raas.md says why).
 //
 // Hooks: on_append (min/max + page bookkeeping), select (bound, softmax, stamps; the Quest part
-// of the selection), end_step (eviction). CPU only: the timestamps and eviction decisions live on
-// the host, and a CUDA version would need the page scores on the host every step.
+// of the selection), end_step (eviction). The timestamps and the eviction decisions live on the
+// host (the store's evict is a host call on its page table).
+//
+// CUDA (alpha and top_ratio; prefill_policy=quest is CPU only): on_append runs core/selection's
+// fused min/max append kernel, select the shared bound kernel and raas_cuda.cu's kernels, which
+// turn the bounds into one "stamped this step" byte per resident page; those bytes are copied
+// asynchronously into a pinned host mirror (one region per layer) and an event is recorded — no
+// hook waits. end_step, the one point where the host needs them, waits on that event (the runtime
+// does not synchronise the stream before end_step: LayerRunner::end_step is called right after
+// the last layer's hooks were enqueued), applies the stamps and evicts exactly as the CPU path.
+// The wait covers the last layer's estimate only, not its attention, and every decode loop reads
+// the step's logits back right after end_step anyway. Same scores as the CPU (canonical bound
+// order, rounded float ops, double softmax): the same stamps, so the same evictions.
 #include <sieve/plugin/policy_api.hpp>
 #include <sieve/selection/minmax_sidecar.hpp>
 #include <sieve/selection/page_bound.hpp>
@@ -41,10 +52,23 @@
 #include <numeric>
 #include <vector>
 
+#if SIEVE_WITH_CUDA
+#include <sieve/selection/page_bounds_call.hpp>
+#include <sieve/selection/top_k_cuda.hpp>
+
+#include "raas_cuda.hpp"
+#endif
+
 namespace {
 
 namespace sp = sieve::plugin;
 namespace sel = sieve::selection;
+
+#if SIEVE_WITH_CUDA
+constexpr uint32_t kDevices = SIEVE_DEVICE_CPU | SIEVE_DEVICE_CUDA;
+#else
+constexpr uint32_t kDevices = SIEVE_DEVICE_CPU;
+#endif
 
 // Host bookkeeping of one (layer, sequence): one entry per resident page, in page-table order.
 struct SeqPages {
@@ -82,7 +106,7 @@ class RaasPolicy final : public sp::PolicyBase {
       .version_patch = 0,
       .summary = "RaaS: page timestamps from the Quest bound, evict the oldest beyond the budget",
       .phases = SIEVE_PHASE_PREFILL | SIEVE_PHASE_DECODE,
-      .devices = SIEVE_DEVICE_CPU,
+      .devices = kDevices,
       .dtypes = SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16,
       .head_dims = nullptr,
       .n_head_dims = 0,
@@ -104,6 +128,9 @@ class RaasPolicy final : public sp::PolicyBase {
     if (p.text("prefill_policy") == "quest" && !p.boolean("pin_prefill"))
       r.invalid("prefill_policy = quest selects among the pinned prompt pages: it needs "
                 "pin_prefill = true");
+    if (p.text("prefill_policy") == "quest" && g.device.device_type != kDLCPU)
+      r.unsupported("prefill_policy = quest runs on the CPU only (the CUDA path supports "
+                    "prefill_policy = all, with alpha or top_ratio)");
   }
 
   explicit RaasPolicy(const sp::CreateContext& ctx)
@@ -117,10 +144,15 @@ class RaasPolicy final : public sp::PolicyBase {
     const sieve_geometry& g = geometry();
     sidecar_ = sel::MinMaxSidecar(ctx.kv, ctx.kv_api, g, "raas.minmax");
     const int64_t max_pages = (int64_t(g.max_seq_len) + g.page_size - 1) / g.page_size;
-    scores_.assign(size_t(g.max_batch) * size_t(max_pages) * size_t(g.n_q_heads), 0.0f);
-    bound_scratch_.assign(size_t(g.n_q_heads + 2) * size_t(g.head_dim), 0.0f);
-    row_scratch_.assign(size_t(max_pages) + 1, 0);
-    row_out_.assign(size_t(max_pages) + 1, 0);
+    const size_t score_count = size_t(g.max_batch) * size_t(max_pages) * size_t(g.n_q_heads);
+    if (g.device.device_type == kDLCPU) {
+      scores_.assign(score_count, 0.0f);
+      bound_scratch_.assign(size_t(g.n_q_heads + 2) * size_t(g.head_dim), 0.0f);
+      row_scratch_.assign(size_t(max_pages) + 1, 0);
+      row_out_.assign(size_t(max_pages) + 1, 0);
+    } else {
+      create_cuda(max_pages, score_count);
+    }
     evict_list_.reserve(size_t(max_pages));
     seqs_.assign(size_t(std::max(g.n_layers, 1)), std::vector<SeqPages>(size_t(std::max(g.max_batch, 1))));
     log_debug("token_budget = ", budget_pages_, " pages, alpha = ", alpha_, ", top_ratio = ",
@@ -129,7 +161,8 @@ class RaasPolicy final : public sp::PolicyBase {
   }
 
   void on_append(const sieve_layer_call& call, const sieve_kv_append&) override {
-    sidecar_.on_append(call, nullptr);
+    settle(call.layer);
+    sidecar_.on_append(call, cuda_stream());
     const sieve_paged_kv& view = *call.kv_view;  // checked by the sidecar
     const int32_t ps = view.page_size;
     for (int32_t b = 0; b < call.batch; ++b) {
@@ -157,10 +190,16 @@ class RaasPolicy final : public sp::PolicyBase {
 
   void select(const sieve_layer_call& call, sieve_selection& selection, uint32_t&) override {
     if (call.phase == SIEVE_PHASE_PREFILL) return;  // prefill: bookkeeping only
+    settle(call.layer);
     const sieve_geometry& g = geometry();
-    sel::check_decode_call(call, g);
+    const int32_t max_pages = sel::check_decode_call(call, g);
     const sieve_paged_kv& view = *call.kv_view;
     const int32_t H = g.n_q_heads;
+    if (g.device.device_type != kDLCPU) {
+      select_cuda(call, max_pages);
+      selection.kind = SIEVE_SEL_ALL;
+      return;
+    }
     const sel::ScoreLayout layout{H, 1};  // [nnz pages, H]
     sel::page_bounds_cpu(view, sidecar_.tensor(call), *call.q, call.qo_indptr_host, H, false,
                          scores_.data(), layout, bound_scratch_.data());
@@ -180,6 +219,7 @@ class RaasPolicy final : public sp::PolicyBase {
 
   void end_step(const sieve_step_end& step) override {
     if (step.phase != SIEVE_PHASE_DECODE) return;  // the prompt is pinned: nothing to evict
+    settle_all();  // this step's stamps (CUDA: the one wait on the device, see the top)
     if (!step.kv || !step.kv_api || !step.kv_api->evict || (step.n_layers > 0 && !step.layers) ||
         (step.batch > 0 && !step.seq_ids))
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "end_step: no KV store with evict, or no layers/seq_ids");
@@ -224,6 +264,160 @@ class RaasPolicy final : public sp::PolicyBase {
   }
 
  private:
+  // ---- CUDA: stamps computed on the device, applied on the host at end_step ----------------
+  // What a layer's select left in flight: the call's sequences, where their pages start in the
+  // layer's mirror region, how many there are, and the time their stamps carry.
+  struct Pending {
+    bool on = false;
+    int32_t batch = 0;
+    std::vector<int32_t> seq, begin, n;
+    std::vector<int64_t> time;
+  };
+
+#if SIEVE_WITH_CUDA
+  void create_cuda(int64_t max_pages, size_t score_count) {
+    const sieve_geometry& g = geometry();
+    const size_t flag_count = std::max<size_t>(size_t(g.max_batch) * size_t(max_pages), 1);
+    const size_t heads = std::max<size_t>(size_t(g.max_batch) * size_t(g.n_q_heads), 1);
+    scores_dev_ = allocate(g.device, sizeof(float) * std::max<size_t>(score_count, 1));
+    flags_dev_ = allocate(g.device, flag_count);
+    head_max_dev_ = allocate(g.device, sizeof(float) * heads);
+    head_sum_dev_ = allocate(g.device, sizeof(double) * heads);
+    if (top_ratio_ > 0.0) {  // one sequence's rows at a time (k depends on its page count)
+      topk_dev_ = allocate(g.device, sel::top_k_cuda_scratch_bytes(g.n_q_heads));
+      rows_indptr_dev_ = allocate(g.device, sizeof(int32_t) * size_t(g.n_q_heads + 1));
+      rows_capacity_ = int64_t(g.n_q_heads) * std::max<int64_t>(max_pages, 1);
+      rows_indices_dev_ = allocate(g.device, sizeof(int32_t) * size_t(rows_capacity_));
+    }
+    // One region of flags per layer: end_step applies every layer's stamps after one wait.
+    // Whole pages, page-aligned: a pinned range never shares an OS page with another one.
+    mirror_stride_ = flag_count;
+    const size_t mirror_bytes = (mirror_stride_ * size_t(std::max(g.n_layers, 1)) + 4095) / 4096 * 4096;
+    mirror_host_ = allocate(DLDevice{kDLCPU, 0}, mirror_bytes, 4096);
+    mirror_ = sieve::raas::StampMirror(mirror_host_.get(), mirror_host_.bytes());
+    if (const char* e = mirror_.error())
+      sp::fail(SIEVE_ERR_DEVICE, "raas: pinning the host mirror of the page stamps (",
+               mirror_host_.bytes(), " bytes) failed: ", e);
+    Pending empty;
+    empty.seq.assign(size_t(g.max_batch), 0);
+    empty.begin = empty.n = empty.seq;
+    empty.time.assign(size_t(g.max_batch), 0);
+    pending_.assign(size_t(std::max(g.n_layers, 1)), empty);
+  }
+
+  void select_cuda(const sieve_layer_call& call, int32_t max_pages) {
+    const sieve_paged_kv& view = *call.kv_view;
+    const sieve_geometry& g = geometry();
+    const int32_t H = g.n_q_heads;
+    const int64_t nnz = view.indptr_host[call.batch];
+    if (call.layer < 0 || size_t(call.layer) >= pending_.size() || nnz > int64_t(mirror_stride_))
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "layer ", call.layer, " with ", nnz,
+               " resident pages is outside the geometry (", pending_.size(), " layers, ",
+               mirror_stride_, " pages of max_batch x max_seq_len)");
+    const sel::ScoreLayout layout{1, nnz};  // [H, nnz pages]: a head's row is contiguous
+    float* scores = scores_dev_.get<float>();
+    sel::launch_page_bounds_for_call(call, sidecar_.tensor(call), g, max_pages, false, scores, layout,
+                                     cuda_stream());
+    auto* flags = flags_dev_.get<uint8_t>();
+    if (top_ratio_ > 0.0) {
+      if (const char* e = sieve::raas::zero_async(flags, size_t(nnz), cuda_stream()))
+        sp::fail(SIEVE_ERR_DEVICE, "raas flags memset: ", e);
+      const int32_t* seg = sieve::data_ptr<const int32_t>(view.indptr);
+      for (int32_t s = 0; s < call.batch; ++s) {
+        const int32_t n = view.indptr_host[s + 1] - view.indptr_host[s];
+        if (n == 0) continue;
+        sel::TopKCudaLaunch t{};
+        t.scores = scores;
+        t.layout = layout;
+        t.seg_indptr = seg + s;  // item j of this sequence's rows: page indptr[s] + j
+        t.n_segments = 1;
+        t.rows_per_segment = H;
+        t.k = int32_t(std::ceil(top_ratio_ * n));  // as stamp_head
+        t.scratch = topk_dev_.get();
+        t.sel_indptr = rows_indptr_dev_.get<int32_t>();
+        t.sel_indices = rows_indices_dev_.get<int32_t>();
+        t.capacity = rows_capacity_;
+        t.stream = cuda_stream();
+        if (const char* e = sel::launch_top_k_cuda(t)) sp::fail(SIEVE_ERR_DEVICE, "raas top-k kernel: ", e);
+        sieve::raas::MarkRowsLaunch m{t.sel_indptr, t.sel_indices, H, seg + s, flags, cuda_stream()};
+        if (const char* e = sieve::raas::launch_mark_rows(m)) sp::fail(SIEVE_ERR_DEVICE, "raas mark kernel: ", e);
+      }
+    } else {
+      sieve::raas::AlphaFlagsLaunch a{};
+      a.scores = scores;
+      a.nnz = nnz;
+      a.kv_indptr = sieve::data_ptr<const int32_t>(view.indptr);
+      a.batch = call.batch;
+      a.n_q_heads = H;
+      a.max_pages = max_pages;
+      a.scale = 1.0f / std::sqrt(float(g.head_dim));  // as select's CPU path
+      a.alpha = alpha_;
+      a.head_max = head_max_dev_.get<float>();
+      a.head_sum = head_sum_dev_.get<double>();
+      a.flags = flags;
+      a.stream = cuda_stream();
+      if (const char* e = sieve::raas::launch_alpha_flags(a)) sp::fail(SIEVE_ERR_DEVICE, "raas stamp kernels: ", e);
+    }
+    if (const char* e = mirror_.copy_async(size_t(call.layer) * mirror_stride_, flags, size_t(nnz), cuda_stream()))
+      sp::fail(SIEVE_ERR_DEVICE, "raas stamp copy: ", e);
+    Pending& p = pending_[size_t(call.layer)];
+    p.on = true;
+    p.batch = call.batch;
+    for (int32_t s = 0; s < call.batch; ++s) {
+      const SeqPages& st = state(call.layer, call.seq_ids[s]);
+      const int32_t n = view.indptr_host[s + 1] - view.indptr_host[s];
+      if (int32_t(st.stamp.size()) != n)
+        sp::fail(SIEVE_ERR_INTERNAL, "raas lost track of sequence ", call.seq_ids[s], " in layer ",
+                 call.layer, ": ", st.stamp.size(), " pages tracked, ", n, " resident");
+      p.seq[size_t(s)] = call.seq_ids[s];
+      p.begin[size_t(s)] = view.indptr_host[s];
+      p.n[size_t(s)] = n;
+      p.time[size_t(s)] = st.time;
+    }
+  }
+
+  void wait_for_stamps() {
+    if (const char* e = mirror_.wait()) sp::fail(SIEVE_ERR_DEVICE, "raas: waiting for the page stamps: ", e);
+  }
+#else
+  [[noreturn]] void create_cuda(int64_t, size_t) {
+    sp::fail(SIEVE_ERR_UNSUPPORTED, "this build of raas has no CUDA code");
+  }
+  [[noreturn]] void select_cuda(const sieve_layer_call&, int32_t) {
+    sp::fail(SIEVE_ERR_UNSUPPORTED, "this build of raas has no CUDA code");
+  }
+  void wait_for_stamps() {}
+#endif
+
+  // Apply a layer's stamps left in flight by its select (CUDA), after the wait.
+  void apply_pending(int32_t layer) {
+    Pending& p = pending_[size_t(layer)];
+    p.on = false;
+    const uint8_t* region = static_cast<const uint8_t*>(mirror_host_.get()) + size_t(layer) * mirror_stride_;
+    for (int32_t i = 0; i < p.batch; ++i) {
+      SeqPages& s = state(layer, p.seq[size_t(i)]);
+      const uint8_t* f = region + p.begin[size_t(i)];
+      const int32_t n = std::min<int32_t>(p.n[size_t(i)], int32_t(s.stamp.size()));
+      for (int32_t j = 0; j < n; ++j)
+        if (f[j]) s.stamp[size_t(j)] = p.time[size_t(i)];
+    }
+  }
+  // A layer's stamps still in flight when its next step begins (the host skipped end_step):
+  // wait and apply them before the page list changes. Never taken when end_step runs.
+  void settle(int32_t layer) {
+    if (layer < 0 || size_t(layer) >= pending_.size() || !pending_[size_t(layer)].on) return;
+    wait_for_stamps();
+    apply_pending(layer);
+  }
+  void settle_all() {
+    bool any = false;
+    for (const Pending& p : pending_) any = any || p.on;
+    if (!any) return;
+    wait_for_stamps();
+    for (size_t l = 0; l < pending_.size(); ++l)
+      if (pending_[l].on) apply_pending(int32_t(l));
+  }
+
   SeqPages& state(int32_t layer, int32_t seq) {
     if (layer < 0 || size_t(layer) >= seqs_.size() || seq < 0)
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "layer ", layer, " / sequence ", seq, " out of range");
@@ -298,6 +492,17 @@ class RaasPolicy final : public sp::PolicyBase {
   std::vector<float> scores_;                // [nnz pages, n_q_heads]
   std::vector<float> bound_scratch_;
   std::vector<int32_t> row_scratch_, row_out_, evict_list_;
+  std::vector<Pending> pending_;  // [layer], CUDA only
+  size_t mirror_stride_ = 0;      // bytes of one layer's region
+  sp::HostBuffer mirror_host_;    // host [n_layers, max_batch * max_pages] stamp bytes
+#if SIEVE_WITH_CUDA
+  sieve::raas::StampMirror mirror_;  // pins mirror_host_ (declared after it: unpinned first)
+  sp::HostBuffer scores_dev_;        // device f32 [n_q_heads, max_batch * max_pages]
+  sp::HostBuffer flags_dev_;         // device [max_batch * max_pages]
+  sp::HostBuffer head_max_dev_, head_sum_dev_;                   // [max_batch * n_q_heads]
+  sp::HostBuffer topk_dev_, rows_indptr_dev_, rows_indices_dev_;  // top_ratio: one sequence's rows
+  int64_t rows_capacity_ = 0;
+#endif
 };
 
 }  // namespace

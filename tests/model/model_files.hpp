@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "sieve/model/llama2c.hpp"
 #include "sieve/model/model.hpp"
 #include "sieve/util/half.hpp"
 
@@ -24,6 +25,11 @@ inline std::string default_model_path() {
 }
 inline std::string default_tokenizer_path() {
   return std::string(SIEVE_SOURCE_DIR) + "/hosts/sieve/models/stories260K/tok512.bin";
+}
+// The stories260K weights from the source tree, loaded once per test binary.
+inline const model::ModelWeights& stories() {
+  static const model::ModelWeights w = model::load_llama2c(default_model_path());
+  return w;
 }
 
 // A fresh directory under the system temp dir, removed with the object.

@@ -3,10 +3,6 @@
 // and the numbers say so; the CLI prints them (and `sieve` alone tells the known story).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 
 #include "model_files.hpp"
 #include "sieve/model/fidelity_eval.hpp"
@@ -14,26 +10,18 @@
 #include "sieve/model/tokenizer.hpp"
 #include "sieve/runtime/registry.hpp"
 #include "sieve/util/error.hpp"
+#include "../plugins/support/chain_session.hpp"
+#include "../plugins/support/run_command.hpp"
 
 using ::testing::HasSubstr;
 using namespace sieve;
 
 namespace {
 
-const model::ModelWeights& stories() {
-  static const model::ModelWeights w = model::load_llama2c(test::default_model_path());
-  return w;
-}
+using test::stories;
 
 runtime::Registry& plugins() {
-  static runtime::Registry r = [] {
-    runtime::DiscoveryOptions d;
-    d.plugin_dirs = {SIEVE_PLUGIN_DIR};
-    d.use_env = false;
-    d.use_exe_dir = false;
-    d.use_install_dir = false;
-    return runtime::Registry::discover(d);
-  }();
+  static runtime::Registry r = sieve::testing::registry_with();
   return r;
 }
 
@@ -159,23 +147,11 @@ TEST(Eval, RefusesBadChains) {
 
 // ---- the CLI --------------------------------------------------------------------------------
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-};
+using CliRun = sieve::testing::CommandResult;
 
 CliRun sieve_cli(const std::string& args) {
-  CliRun r;
   // From another directory: the embedded model needs no file.
-  const std::string cmd = "cd / && '" + std::string(SIEVE_BIN_DIR) + "/sieve' " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  return sieve::testing::run_command("cd / && '" + std::string(SIEVE_BIN_DIR) + "/sieve' " + args + " 2>&1");
 }
 
 class Cli : public ::testing::Test {

@@ -26,10 +26,8 @@ constexpr const char* kStory =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
     "a big, red ball.";
 
-const model::ModelWeights& stories() {
-  static const model::ModelWeights w = model::load_llama2c(test::default_model_path());
-  return w;
-}
+using test::stories;
+
 const model::Tokenizer& tok() {
   static const model::Tokenizer t = model::Tokenizer::load(test::default_tokenizer_path(), 512);
   return t;

@@ -20,10 +20,7 @@ using ::testing::StrictMock;
 class Streaming : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
+    api_ = lib_.policy();
     ASSERT_NE(api_, nullptr);
   }
   void TearDown() override {
@@ -37,15 +34,9 @@ class Streaming : public ::testing::Test {
   sieve_policy* create(const sieve_geometry& g, int64_t sink, int64_t window) {
     sieve_param_value v[2];
     values(sink, window, v);
-    sieve_policy* p = nullptr;
-    ReasonLog err;
-    const sieve_status s = api_->create(host_.table(), &g, v, 2, nullptr, nullptr, &p, err.sink());
-    if (s != SIEVE_OK || !p) {
-      ADD_FAILURE() << "create(sink=" << sink << ", window=" << window << ") = " << s << ": "
-                    << err.all();
-      return nullptr;
-    }
-    policies_.push_back(p);
+    sieve_policy* p = create_or_fail(api_, host_.table(), g, v, 2,
+                                     "create(sink=" + std::to_string(sink) + ", window=" + std::to_string(window) + ")");
+    if (p) policies_.push_back(p);
     return p;
   }
   sieve_status select(sieve_policy* p, StreamingScenario& sc, HostSelection& sel) {

@@ -8,21 +8,13 @@
 
 #include "mocks/mock_host_services.hpp"
 #include "streaming_scenario.hpp"
-#include "support/plugin_library.hpp"
+#include "support/cuda_policy_test.hpp"
 
 namespace {
 
 using namespace sieve::testing;
 using ::testing::_;
 using ::testing::HasSubstr;
-using ::testing::NiceMock;
-using ::testing::Return;
-
-#define CUDA_OK(expr)                                                                  \
-  do {                                                                                 \
-    cudaError_t e_ = (expr);                                                           \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);             \
-  } while (0)
 
 constexpr DLDevice kCuda0{kDLCUDA, 0};
 
@@ -92,45 +84,13 @@ struct DeviceSelection {
   sieve_selection sel{};
 };
 
-class StreamingCuda : public ::testing::Test {
+class StreamingCuda : public CudaPolicyTest {
  protected:
-  void SetUp() override {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0)
-      GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount "
-                   << (e != cudaSuccess ? std::string("failed: ") + cudaGetErrorString(e)
-                                        : std::string("reports 0 devices"));
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
-    host_.set_device_allocator(
-        [](DLDevice, size_t bytes) -> void* {
-          void* p = nullptr;
-          return cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr;
-        },
-        [](DLDevice, void* p) { cudaFree(p); });
-    CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    ON_CALL(host_, cuda_stream()).WillByDefault(Return(static_cast<void*>(stream_)));
-  }
-  void TearDown() override {
-    if (!api_) return;
-    for (sieve_policy* p : policies_) api_->destroy(p);
-    EXPECT_EQ(host_.live_allocations(), 0u);
-    cudaStreamDestroy(stream_);
-  }
+  StreamingCuda() : CudaPolicyTest("streaming") {}
   sieve_policy* create(const sieve_geometry& g, int64_t sink, int64_t window) {
     const sieve_param_value v[2] = {{SIEVE_PARAM_INT, sink, 0, nullptr, nullptr, 0},
                                     {SIEVE_PARAM_INT, window, 0, nullptr, nullptr, 0}};
-    sieve_policy* p = nullptr;
-    ReasonLog err;
-    if (api_->create(host_.table(), &g, v, 2, nullptr, nullptr, &p, err.sink()) != SIEVE_OK) {
-      ADD_FAILURE() << "create on " << sieve::device_name(g.device) << ": " << err.all();
-      return nullptr;
-    }
-    policies_.push_back(p);
-    return p;
+    return create_policy(g, v, 2);
   }
   // CUDA lists == CPU lists == reference, and nothing past them was written.
   void compare(StreamingScenario& sc, int64_t sink, int64_t window) {
@@ -149,18 +109,12 @@ class StreamingCuda : public ::testing::Test {
     ASSERT_EQ(api_->select(cpu, sc.call->get(), host_sel.get(), &stats), SIEVE_OK)
         << api_->last_error(cpu);
     ASSERT_EQ(api_->select(gpu, &dc.call, &dev_sel.sel, &stats), SIEVE_OK) << api_->last_error(gpu);
-    CUDA_OK(cudaStreamSynchronize(stream_));
+    SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
     const std::vector<int32_t> indptr = dev_sel.indptr.read(), indices = dev_sel.indices.read();
     expect_selection_is(dev_sel.sel, indptr, indices, expected, sc.decode(), sc.geometry.page_size);
     EXPECT_EQ(indptr, host_sel.indptr());
     EXPECT_EQ(indices, host_sel.indices());
   }
-
-  PluginLibrary lib_{"streaming"};
-  const sieve_policy_api* api_ = nullptr;
-  NiceMock<MockHostServices> host_;
-  cudaStream_t stream_ = nullptr;
-  std::vector<sieve_policy*> policies_;
 };
 
 TEST_F(StreamingCuda, DecodeMatchesTheCpuPath) {
@@ -207,7 +161,7 @@ TEST_F(StreamingCuda, CreateAllocatesScratchOnceAndSelectNever) {
   uint32_t stats = 0;
   for (int step = 0; step < 3; ++step)
     ASSERT_EQ(api_->select(p, &dc.call, &sel.sel, &stats), SIEVE_OK) << api_->last_error(p);
-  CUDA_OK(cudaStreamSynchronize(stream_));
+  SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
   ::testing::Mock::VerifyAndClearExpectations(&host_);  // destroy (TearDown) frees the scratch
 }
 
@@ -222,7 +176,7 @@ TEST_F(StreamingCuda, OverflowAndWrongDevicesAreRefusedBeforeAnyLaunch) {
     DeviceSelection sel(sc.rows(), nnz - 1);
     EXPECT_EQ(api_->select(p, &dc.call, &sel.sel, &stats), SIEVE_ERR_CAPACITY);
     EXPECT_THAT(api_->last_error(p), HasSubstr("its capacity is " + std::to_string(nnz - 1)));
-    CUDA_OK(cudaStreamSynchronize(stream_));
+    SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
     for (int32_t v : sel.indptr.read()) EXPECT_EQ(v, kSelectionPoison);
     for (int32_t v : sel.indices.read()) EXPECT_EQ(v, kSelectionPoison);
   }

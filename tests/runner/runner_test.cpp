@@ -15,40 +15,20 @@
 #include "sieve/runtime/registry.hpp"
 #include "sieve/runtime/synthetic.hpp"
 #include "sieve/util/tensor.hpp"
+#include "../plugins/support/chain_session.hpp"
+#include "../plugins/support/run_command.hpp"
 
 using namespace sieve;
 using namespace sieve::runtime;
 
 namespace {
 
-Registry registry_with(const std::vector<std::string>& dirs) {
-  DiscoveryOptions o;
-  o.plugin_dirs = dirs;
-  o.use_env = false;
-  o.use_exe_dir = false;
-  o.use_install_dir = false;
-  return Registry::discover(o);
-}
+using sieve::testing::CommandResult;
+using sieve::testing::parse_chain;
+using sieve::testing::registry_with;
+using sieve::testing::run_command;
 
-ChainSpec chain(const std::string& text) {
-  ChainSpec c;
-  std::string error;
-  EXPECT_TRUE(parse_chain_spec(text, &c, &error)) << error;
-  return c;
-}
-
-SyntheticSpec small(uint32_t phase) {
-  SyntheticSpec s;
-  s.phase = phase;
-  s.n_q_heads = 8;
-  s.n_kv_heads = 2;
-  s.head_dim = 64;
-  s.page_size = 16;
-  s.context = {300, 77, 16};
-  s.new_tokens = 40;
-  s.timing_reps = 1;
-  return s;
-}
+SyntheticSpec small(uint32_t phase) { return sieve::testing::small_session(phase, 64, {300, 77, 16}, 40); }
 
 }  // namespace
 
@@ -74,7 +54,7 @@ TEST(LayerRunner, StreamingAttendsItsWindowExactlyAndLosesTheRestOfTheMass) {
   for (uint32_t phase : {uint32_t(SIEVE_PHASE_DECODE), uint32_t(SIEVE_PHASE_PREFILL)}) {
     SyntheticReport r;
     std::string error;
-    ASSERT_TRUE(run_synthetic(small(phase), chain("*=streaming(sink=4,window=32)"), reg, &r, &error)) << error;
+    ASSERT_TRUE(run_synthetic(small(phase), parse_chain("*=streaming(sink=4,window=32)"), reg, &r, &error)) << error;
     EXPECT_LT(r.kernel_rel_err, 1e-5) << "the output is the attention over the pages streaming selected";
     EXPECT_GT(r.rel_err, 1e-3) << "a 32-token window differs from dense on a 300-token context";
     EXPECT_LT(r.recall, 0.999);
@@ -85,12 +65,12 @@ TEST(LayerRunner, StreamingAttendsItsWindowExactlyAndLosesTheRestOfTheMass) {
   // A window that covers everything is dense again.
   SyntheticReport r;
   std::string error;
-  ASSERT_TRUE(run_synthetic(small(SIEVE_PHASE_DECODE), chain("*=streaming(sink=0,window=4096)"), reg, &r, &error))
+  ASSERT_TRUE(run_synthetic(small(SIEVE_PHASE_DECODE), parse_chain("*=streaming(sink=0,window=4096)"), reg, &r, &error))
       << error;
   EXPECT_DOUBLE_EQ(r.recall, 1.0);
   EXPECT_LT(r.rel_err, 1e-5);
   // And `dense` after `streaming` ends dense.
-  ASSERT_TRUE(run_synthetic(small(SIEVE_PHASE_DECODE), chain("*=streaming(window=16)>dense"), reg, &r, &error))
+  ASSERT_TRUE(run_synthetic(small(SIEVE_PHASE_DECODE), parse_chain("*=streaming(window=16)>dense"), reg, &r, &error))
       << error;
   EXPECT_DOUBLE_EQ(r.recall, 1.0);
 }
@@ -108,13 +88,13 @@ TEST(LayerRunner, MisbehavingPluginsAreNamedWithLayerAndHook) {
   for (const auto& c : cases) {
     SyntheticReport r;
     std::string error;
-    EXPECT_FALSE(run_synthetic(small(SIEVE_PHASE_DECODE), chain(c.chain), reg, &r, &error)) << c.chain;
+    EXPECT_FALSE(run_synthetic(small(SIEVE_PHASE_DECODE), parse_chain(c.chain), reg, &r, &error)) << c.chain;
     EXPECT_NE(error.find(c.expect), std::string::npos) << c.chain << ": " << error;
   }
   // Resolution errors are refused before anything runs.
   SyntheticReport r;
   std::string error;
-  EXPECT_FALSE(run_synthetic(small(SIEVE_PHASE_DECODE), chain("3=streaming"), reg, &r, &error));
+  EXPECT_FALSE(run_synthetic(small(SIEVE_PHASE_DECODE), parse_chain("3=streaming"), reg, &r, &error));
   EXPECT_NE(error.find("layer 3 does not exist"), std::string::npos) << error;
 }
 
@@ -159,26 +139,17 @@ TEST(SieveCli, TheDefaultJobRunsDenseAndStreamingWithFidelity) {
   const std::string bin = std::string(SIEVE_BIN_DIR) + "/sieve";
   if (access(bin.c_str(), X_OK) != 0)
     GTEST_SKIP() << "the sieve CLI was not built (Boost.program_options missing at configure time)";
-  FILE* p = popen((bin + " attn 2>&1").c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  int status = pclose(p);
-  ASSERT_EQ(status, 0) << out;
-  EXPECT_NE(out.find("dense                                1.0000"), std::string::npos) << out;
-  EXPECT_NE(out.find("streaming(sink=4,window=256)"), std::string::npos) << out;
+  CommandResult r = run_command(bin + " attn 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("dense                                1.0000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("streaming(sink=4,window=256)"), std::string::npos) << r.out;
   // JSON for machines, and bad input gets one line and a non-zero status.
-  p = popen((bin + " attn --chain 'streaming(window=64)' --context 500 --q-heads 4 --kv-heads 2 --head-dim 8 --json 2>&1").c_str(), "r");
-  out.clear();
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << out;
-  EXPECT_NE(out.find("\"recall\""), std::string::npos) << out;
-  p = popen((bin + " attn --chain 'streaming(window=-1)' 2>&1").c_str(), "r");
-  out.clear();
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_NE(pclose(p), 0);
-  EXPECT_EQ(out, "sieve attn: streaming: window=-1 is out of range [1, 2147483647]\n");
+  r = run_command(bin + " attn --chain 'streaming(window=64)' --context 500 --q-heads 4 --kv-heads 2 --head-dim 8 --json 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"recall\""), std::string::npos) << r.out;
+  r = run_command(bin + " attn --chain 'streaming(window=-1)' 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.out, "sieve attn: streaming: window=-1 is out of range [1, 2147483647]\n");
 }
 
 // The same session on a CUDA device: the CUDA store, the CUDA kernels and the plugins' CUDA code
@@ -193,7 +164,7 @@ TEST(LayerRunnerCuda, ChainsOnCudaMatchTheReferenceAndTheCpuSelection) {
         s.kv_dtype = dt;
         SyntheticReport cpu, gpu;
         std::string error;
-        ChainSpec spec = *c ? chain(c) : ChainSpec{};
+        ChainSpec spec = *c ? parse_chain(c) : ChainSpec{};
         ASSERT_TRUE(run_synthetic(s, spec, reg, &cpu, &error)) << error;
         s.device = DLDevice{kDLCUDA, 0};
         ASSERT_TRUE(run_synthetic(s, spec, reg, &gpu, &error)) << c << ": " << error;
@@ -216,7 +187,7 @@ TEST(LayerRunnerCuda, APluginDroppedBeforeCudaStartsWorksWhenLoadedAgain) {
     Registry first = registry_with({SIEVE_PLUGIN_DIR});
     SyntheticReport r;
     std::string error;
-    ASSERT_TRUE(run_synthetic(small(SIEVE_PHASE_DECODE), chain("*=streaming(window=32)"), first, &r, &error)) << error;
+    ASSERT_TRUE(run_synthetic(small(SIEVE_PHASE_DECODE), parse_chain("*=streaming(window=32)"), first, &r, &error)) << error;
   }
   if (cuda_devices() == 0) GTEST_SKIP() << "no CUDA device: this test runs on the GPU machine";
   Registry again = registry_with({SIEVE_PLUGIN_DIR});
@@ -224,6 +195,6 @@ TEST(LayerRunnerCuda, APluginDroppedBeforeCudaStartsWorksWhenLoadedAgain) {
   s.device = DLDevice{kDLCUDA, 0};
   SyntheticReport r;
   std::string error;
-  ASSERT_TRUE(run_synthetic(s, chain("*=streaming(window=32)"), again, &r, &error)) << error;
+  ASSERT_TRUE(run_synthetic(s, parse_chain("*=streaming(window=32)"), again, &r, &error)) << error;
   EXPECT_LT(r.kernel_rel_err, 1e-5);
 }

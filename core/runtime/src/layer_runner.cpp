@@ -22,7 +22,44 @@ void sink_to_string(void* ctx, const char* m) {
 DLTensor tensor_1d(void* data, DLDevice dev, DLDataType dt, int64_t* shape) {
   return make_view(data, dev, dt, 1, shape);
 }
+
+// The store append of the layer's new tokens (their K/V, by qo_indptr).
+sieve_kv_append append_of(const LayerInputs& in) {
+  sieve_kv_append app{};
+  app.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
+  app.layer = in.layer;
+  app.batch = in.batch;
+  app.seq_ids = in.seq_ids;
+  app.token_indptr = in.qo_indptr_host;
+  app.k = in.k;
+  app.v = in.v;
+  app.k_pre_rope = in.k_pre_rope;
+  return app;
+}
 }  // namespace
+
+sieve_layer_call LayerRunner::layer_call(const LayerInputs& in, sieve_paged_kv* view) {
+  kv_len_.resize(size_t(in.batch));
+  for (int32_t b = 0; b < in.batch; ++b) kv_len_[size_t(b)] = kernels::kv_len(*view, b);
+  sieve_layer_call call{};
+  call.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
+  call.layer = in.layer;
+  call.phase = in.phase;
+  call.step = in.step;
+  call.batch = in.batch;
+  call.seq_ids = in.seq_ids;
+  call.qo_indptr = in.qo_indptr;
+  call.qo_indptr_host = in.qo_indptr_host;
+  call.kv_len_host = kv_len_.data();
+  call.q = in.q;
+  call.q_pre_rope = in.q_pre_rope;
+  call.positions_host = in.positions_host;
+  call.geometry = &geometry_;
+  call.kv = kv_;
+  call.kv_api = kv_api_;
+  call.kv_view = view;
+  return call;
+}
 
 LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry, sieve_kv_store* kv,
                          const sieve_kv_store_api* kv_api, ResolvedChains chains, Options options)
@@ -166,15 +203,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     const int32_t n_new = in.qo_indptr_host[in.batch];
 
     // 1. The new tokens enter the store.
-    sieve_kv_append app{};
-    app.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
-    app.layer = L;
-    app.batch = in.batch;
-    app.seq_ids = in.seq_ids;
-    app.token_indptr = in.qo_indptr_host;
-    app.k = in.k;
-    app.v = in.v;
-    app.k_pre_rope = in.k_pre_rope;
+    sieve_kv_append app = append_of(in);
     if (n_new > 0) {
       sieve_status st = kv_api_->append(kv_, &app);
       if (st != SIEVE_OK)
@@ -186,26 +215,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     if (st != SIEVE_OK)
       return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) +
                             ", view: " + status_text(st) + ": " + kv_api_->last_error(kv_));
-    kv_len_.resize(size_t(in.batch));
-    for (int32_t b = 0; b < in.batch; ++b) kv_len_[size_t(b)] = kernels::kv_len(view, b);
-
-    sieve_layer_call call{};
-    call.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
-    call.layer = L;
-    call.phase = in.phase;
-    call.step = in.step;
-    call.batch = in.batch;
-    call.seq_ids = in.seq_ids;
-    call.qo_indptr = in.qo_indptr;
-    call.qo_indptr_host = in.qo_indptr_host;
-    call.kv_len_host = kv_len_.data();
-    call.q = in.q;
-    call.q_pre_rope = in.q_pre_rope;
-    call.positions_host = in.positions_host;
-    call.geometry = &geometry_;
-    call.kv = kv_;
-    call.kv_api = kv_api_;
-    call.kv_view = &view;
+    sieve_layer_call call = layer_call(in, &view);
 
     const auto& chain = chains_.chain(L, in.phase);
     for (size_t ci : chain) {
@@ -382,15 +392,7 @@ sieve_status LayerRunner::append_only(const LayerInputs& in, std::string* error)
                                                     " or missing seq_ids / qo_indptr");
     const int32_t L = in.layer;
     if (in.qo_indptr_host[in.batch] == 0) return SIEVE_OK;
-    sieve_kv_append app{};
-    app.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
-    app.layer = L;
-    app.batch = in.batch;
-    app.seq_ids = in.seq_ids;
-    app.token_indptr = in.qo_indptr_host;
-    app.k = in.k;
-    app.v = in.v;
-    app.k_pre_rope = in.k_pre_rope;
+    sieve_kv_append app = append_of(in);
     sieve_status st = kv_api_->append(kv_, &app);
     if (st == SIEVE_OK) {
       const auto& chain = chains_.chain(L, in.phase);
@@ -398,25 +400,7 @@ sieve_status LayerRunner::append_only(const LayerInputs& in, std::string* error)
       sieve_paged_kv view{};
       st = kv_api_->view(kv_, L, in.seq_ids, in.batch, &view);
       if (st == SIEVE_OK) {
-        kv_len_.resize(size_t(in.batch));
-        for (int32_t b = 0; b < in.batch; ++b) kv_len_[size_t(b)] = kernels::kv_len(view, b);
-        sieve_layer_call call{};
-        call.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
-        call.layer = L;
-        call.phase = in.phase;
-        call.step = in.step;
-        call.batch = in.batch;
-        call.seq_ids = in.seq_ids;
-        call.qo_indptr = in.qo_indptr;
-        call.qo_indptr_host = in.qo_indptr_host;
-        call.kv_len_host = kv_len_.data();
-        call.q = in.q;
-        call.q_pre_rope = in.q_pre_rope;
-        call.positions_host = in.positions_host;
-        call.geometry = &geometry_;
-        call.kv = kv_;
-        call.kv_api = kv_api_;
-        call.kv_view = &view;
+        sieve_layer_call call = layer_call(in, &view);
         for (size_t ci : chain) {
           const sieve_policy_api* api = chains_.instances[ci].plugin.policy();
           served_[ci].push_back(L);

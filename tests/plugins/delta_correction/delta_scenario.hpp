@@ -17,6 +17,7 @@
 #include "sieve/reference/workload.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/util/tensor.hpp"
+#include "support/workload_call.hpp"
 
 namespace sieve::testing {
 
@@ -31,33 +32,8 @@ struct DeltaScenario {
                          std::vector<int32_t> n_new = {300, 77, 150, 0, 131}, uint64_t seed = 7,
                          int32_t head_dim = 16, int32_t n_q_heads = 4, int32_t n_kv_heads = 2,
                          bool long_context = false)
-      : w([&] {
-          reference::WorkloadSpec s;
-          s.n_q_heads = n_q_heads;
-          s.n_kv_heads = n_kv_heads;
-          s.head_dim = head_dim;
-          s.page_size = 8;
-          s.kv_dtype = dtype;
-          s.q_dtype = dtype;
-          s.out_dtype = dtype;
-          s.phase = SIEVE_PHASE_PREFILL;
-          s.kv_lens = kv_lens;
-          s.n_new = n_new;
-          s.seed = seed;
-          return s;
-        }()) {
-    geometry.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-    geometry.n_layers = 1;
-    geometry.n_q_heads = w.spec.n_q_heads;
-    geometry.n_kv_heads = w.spec.n_kv_heads;
-    geometry.head_dim = w.spec.head_dim;
-    geometry.page_size = w.spec.page_size;
-    geometry.max_batch = w.batch;
-    geometry.max_seq_len = *std::max_element(w.kv_len.begin(), w.kv_len.end());
-    geometry.kv_dtype = dtype;
-    geometry.device = kCpu;
-    geometry.rope_theta = 10000.f;
-    geometry.rope_dim = w.spec.head_dim;
+      : w(prefill_spec(dtype, n_q_heads, n_kv_heads, head_dim, 8, kv_lens, n_new, seed)) {
+    geometry = workload_geometry(w);
     if (long_context) {  // realistic adjacent-token similarity (reference/long_context.hpp)
       reference::LongContextSpec ls;
       ls.seed = seed;
@@ -124,21 +100,7 @@ struct DeltaScenario {
 
   // The layer call the correct hook gets (host tensors).
   sieve_layer_call call(uint32_t phase = SIEVE_PHASE_PREFILL) {
-    sieve_layer_call c{};
-    c.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
-    c.layer = 0;
-    c.phase = phase;
-    c.batch = w.batch;
-    seq_ids.resize(size_t(w.batch));
-    for (int32_t b = 0; b < w.batch; ++b) seq_ids[size_t(b)] = b;
-    c.seq_ids = seq_ids.data();
-    c.qo_indptr = &w.qo_indptr.dl();
-    c.qo_indptr_host = w.qo_indptr.data<int32_t>();
-    c.kv_len_host = w.kv_len.data();
-    c.q = &w.q.dl();
-    c.geometry = &geometry;
-    c.kv_view = &w.kv;
-    return c;
+    return workload_call(w, geometry, phase, 0, &seq_ids);
   }
 
   // The rule, row by row, in f64 from O* and the dense reference (independent of delta_rows.hpp).
@@ -171,24 +133,10 @@ struct DeltaScenario {
     return e;
   }
 
-  // Largest |got − want| / (1 + |want|) over the output, and where.
-  static std::string worst(const std::vector<double>& got, const std::vector<double>& want,
-                           double* err) {
-    *err = 0;
-    size_t at = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double e = std::isfinite(got[i]) ? std::abs(got[i] - want[i]) / (1 + std::abs(want[i]))
-                                             : INFINITY;
-      if (!(e <= *err)) { *err = e; at = i; }
-    }
-    return "element " + std::to_string(at) + ": got " + std::to_string(got[at]) + ", want " +
-           std::to_string(want[at]);
+  static std::string worst(const std::vector<double>& got, const std::vector<double>& want, double* err) {
+    return worst_element(got, want, err);
   }
-  std::vector<double> output() const {
-    std::vector<double> o(size_t(w.out.numel()));
-    for (int64_t i = 0; i < w.out.numel(); ++i) o[size_t(i)] = w.out.get(i);
-    return o;
-  }
+  std::vector<double> output() const { return workload_output(w); }
 
   reference::Workload w;
   sieve_geometry geometry{};

@@ -8,10 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "delta_scenario.hpp"
-#include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/conformance.hpp"
-#include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "support/chain_session.hpp"
 #include "support/plugin_library.hpp"
 
 namespace {
@@ -24,10 +22,7 @@ void sink_into(void* ctx, const char* m) { *static_cast<std::string*>(ctx) += m;
 class DeltaCorrection : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
+    api_ = lib_.policy();
     ASSERT_NE(api_, nullptr);
   }
   void TearDown() override {
@@ -35,15 +30,9 @@ class DeltaCorrection : public ::testing::Test {
   }
   sieve_policy* create(const sieve_geometry& g, const DeltaRule& r) {
     DeltaValues v(r);
-    sieve_policy* p = nullptr;
-    std::string err;
-    const sieve_status s =
-        api_->create(host_.table(), &g, v.v, DeltaValues::kCount, nullptr, nullptr, &p, {&err, sink_into});
-    if (s != SIEVE_OK || !p) {
-      ADD_FAILURE() << "create(gamma=" << r.gamma << ", tail=" << r.tail << ") = " << s << ": " << err;
-      return nullptr;
-    }
-    policies_.push_back(p);
+    sieve_policy* p = create_or_fail(api_, host_.table(), g, v.v, DeltaValues::kCount,
+                                     "create(gamma=" + std::to_string(r.gamma) + ", tail=" + std::to_string(r.tail) + ")");
+    if (p) policies_.push_back(p);
     return p;
   }
   sieve_status correct(sieve_policy* p, DeltaScenario& sc, uint32_t phase = SIEVE_PHASE_PREFILL) {
@@ -258,30 +247,10 @@ TEST_F(DeltaCorrection, OnLongContextsDeltaIsCloserToDenseThanTheWindowAndRecomp
 
 // Through the layer runner (the path `sieve attn`/`eval` take): streaming's sparse prefill, then Δ.
 TEST(DeltaCorrectionChains, StreamingThenDeltaRunsThroughTheRunner) {
-  using namespace sieve::runtime;
-  DiscoveryOptions o;
-  o.plugin_dirs = {SIEVE_PLUGIN_DIR};
-  o.use_env = false;
-  o.use_exe_dir = false;
-  o.use_install_dir = false;
-  Registry reg = Registry::discover(o);
-  SyntheticSpec s;
-  s.phase = SIEVE_PHASE_PREFILL;
-  s.n_q_heads = 8;
-  s.n_kv_heads = 2;
-  s.head_dim = 32;
-  s.page_size = 16;
-  s.context = {400, 233};
-  s.new_tokens = 400;
-  s.timing_reps = 1;
-  auto run = [&](const std::string& text) {
-    ChainSpec c;
-    std::string error;
-    EXPECT_TRUE(parse_chain_spec(text, &c, &error)) << error;
-    SyntheticReport r;
-    EXPECT_TRUE(run_synthetic(s, c, reg, &r, &error)) << text << ": " << error;
-    return r;
-  };
+  using sieve::runtime::SyntheticReport;
+  const sieve::runtime::Registry reg = registry_with();
+  const sieve::runtime::SyntheticSpec s = small_session(SIEVE_PHASE_PREFILL, 32, {400, 233}, 400);
+  auto run = [&](const std::string& text) { return run_chain(s, text, reg); };
   const SyntheticReport stream = run("prefill:*=streaming(sink=4,window=32)");
   const SyntheticReport delta = run("prefill:*=streaming(sink=4,window=32)>delta_correction(gamma=8,tail=16)");
   const SyntheticReport recompute =

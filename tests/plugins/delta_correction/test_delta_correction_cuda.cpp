@@ -7,9 +7,7 @@
 
 #include "../../cuda/cuda_test_util.hpp"
 #include "delta_scenario.hpp"
-#include "sieve/runtime/chain_spec.hpp"
-#include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "support/chain_session.hpp"
 #include "support/plugin_library.hpp"
 
 namespace {
@@ -19,26 +17,18 @@ using sieve::cuda_test::DeviceTensor;
 
 constexpr DLDevice kCuda0{kDLCUDA, 0};
 
-void sink_into(void* ctx, const char* m) { *static_cast<std::string*>(ctx) += m; }
-
 class DeltaCorrectionCuda : public sieve::cuda_test::CudaTest {
  protected:
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped()) return;
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
+    api_ = lib_.policy();
     ASSERT_NE(api_, nullptr);
     ASSERT_TRUE(api_->descriptor->devices & SIEVE_DEVICE_CUDA);
   }
   sieve_policy* create(sieve::runtime::HostServices& host, const sieve_geometry& g, const DeltaRule& r) {
     DeltaValues v(r);
-    sieve_policy* p = nullptr;
-    std::string err;
-    EXPECT_EQ(api_->create(host.table(), &g, v.v, DeltaValues::kCount, nullptr, nullptr, &p, {&err, sink_into}), SIEVE_OK) << err;
-    return p;
+    return create_or_fail(api_, host.table(), g, v.v, DeltaValues::kCount);
   }
 
   // CPU and CUDA corrections of the same O*, compared with each other and with the f64 rule.
@@ -132,32 +122,12 @@ TEST_F(DeltaCorrectionCuda, TensorCorePathsMatchTheRule) {
 }
 
 TEST_F(DeltaCorrectionCuda, StreamingThenDeltaThroughTheRunner) {
-  using namespace sieve::runtime;
-  DiscoveryOptions o;
-  o.plugin_dirs = {SIEVE_PLUGIN_DIR};
-  o.use_env = false;
-  o.use_exe_dir = false;
-  o.use_install_dir = false;
-  Registry reg = Registry::discover(o);
-  SyntheticSpec s;
-  s.phase = SIEVE_PHASE_PREFILL;
-  s.n_q_heads = 8;
-  s.n_kv_heads = 2;
-  s.head_dim = 64;
-  s.page_size = 16;
-  s.context = {2000, 777};
-  s.new_tokens = 2000;
+  using sieve::runtime::SyntheticReport;
+  const sieve::runtime::Registry reg = registry_with();
+  sieve::runtime::SyntheticSpec s = small_session(SIEVE_PHASE_PREFILL, 64, {2000, 777}, 2000);
   s.kv_dtype = sieve::kBF16;
   s.device = kCuda0;
-  s.timing_reps = 1;
-  auto run = [&](const std::string& text) {
-    ChainSpec c;
-    std::string error;
-    EXPECT_TRUE(parse_chain_spec(text, &c, &error)) << error;
-    SyntheticReport r;
-    EXPECT_TRUE(run_synthetic(s, c, reg, &r, &error)) << text << ": " << error;
-    return r;
-  };
+  auto run = [&](const std::string& text) { return run_chain(s, text, reg); };
   // Random keys here (see the CPU test): the chain must run, change the output, and reduce to
   // dense at gamma = 1 and after `dense`; bf16 outputs, so the row and tiled kernels round apart.
   const SyntheticReport stream = run("prefill:*=streaming(sink=4,window=64)");

@@ -4,7 +4,8 @@
 // so the delta rule has something to merge and every decision is far from the threshold; and the
 // method written out plainly in f64 — keep walk, anchors/reach, and for each query the dense
 // softmax over the *expanded* key list (each safe anchor repeated `count` times, then the exact
-// keys) — the oracle the plugin's output is compared with.
+// keys) — the oracle the plugin's output is compared with. Also what the CPU and CUDA test
+// binaries share: the plugin's single load and the options as the plugin's stage 1-2 rule.
 #pragma once
 #include <gtest/gtest.h>
 #include <sieve/sieve.h>
@@ -15,8 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "cpu/deltakv_cpu.hpp"
 #include "sieve/reference/workload.hpp"
 #include "sieve/util/tensor.hpp"
+#include "support/plugin_library.hpp"
+#include "support/workload_call.hpp"
 
 namespace sieve::testing {
 
@@ -63,33 +67,8 @@ struct DkvScenario {
                        std::vector<int32_t> kv_lens = {300, 77, 200, 9, 131},
                        std::vector<int32_t> n_new = {300, 77, 150, 0, 131}, uint64_t seed = 7,
                        int32_t page_size = 8, int32_t hq = 4, int32_t hkv = 2)
-      : w([&] {
-          reference::WorkloadSpec s;
-          s.n_q_heads = hq;
-          s.n_kv_heads = hkv;
-          s.head_dim = head_dim;
-          s.page_size = page_size;
-          s.kv_dtype = dtype;
-          s.q_dtype = dtype;
-          s.out_dtype = dtype;
-          s.phase = SIEVE_PHASE_PREFILL;
-          s.kv_lens = kv_lens;
-          s.n_new = n_new;
-          s.seed = seed;
-          return s;
-        }()) {
-    geometry.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-    geometry.n_layers = 1;
-    geometry.n_q_heads = hq;
-    geometry.n_kv_heads = hkv;
-    geometry.head_dim = head_dim;
-    geometry.page_size = page_size;
-    geometry.max_batch = w.batch;
-    geometry.max_seq_len = *std::max_element(w.kv_len.begin(), w.kv_len.end());
-    geometry.kv_dtype = dtype;
-    geometry.device = kCpu;
-    geometry.rope_theta = 10000.f;
-    geometry.rope_dim = head_dim;
+      : w(prefill_spec(dtype, hq, hkv, head_dim, page_size, kv_lens, n_new, seed)) {
+    geometry = workload_geometry(w);
     // Keys in runs: a run's first key is a fresh normal vector, the others add 5% noise to it.
     std::mt19937 rng(unsigned(seed) * 31u + 5u);
     std::normal_distribution<float> normal(0.f, 1.f);
@@ -117,6 +96,13 @@ struct DkvScenario {
     std::vector<double> k(static_cast<size_t>(w.spec.head_dim));
     const int64_t off = key_offset(b, kvh, pos);
     for (int32_t i = 0; i < w.spec.head_dim; ++i) k[size_t(i)] = w.k_pages.get(off + i);
+    return k;
+  }
+  // The keys of (b, kvh) as f32 [n][d], as the plugin reads them.
+  std::vector<float> keys_f32(int32_t b, int32_t kvh) const {
+    std::vector<float> k;
+    for (int32_t pos = 0; pos < w.kv_len[size_t(b)]; ++pos)
+      for (double x : key(b, kvh, pos)) k.push_back(float(x));
     return k;
   }
   std::vector<double> value(int32_t b, int32_t kvh, int32_t pos) const {
@@ -227,43 +213,38 @@ struct DkvScenario {
 
   // The layer call the attend hook gets (host tensors).
   sieve_layer_call call(uint32_t phase = SIEVE_PHASE_PREFILL) {
-    sieve_layer_call c{};
-    c.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
-    c.layer = 0;
-    c.phase = phase;
-    c.batch = w.batch;
-    seq_ids.resize(size_t(w.batch));
-    for (int32_t b = 0; b < w.batch; ++b) seq_ids[size_t(b)] = b;
-    c.seq_ids = seq_ids.data();
-    c.qo_indptr = &w.qo_indptr.dl();
-    c.qo_indptr_host = w.qo_indptr.data<int32_t>();
-    c.kv_len_host = w.kv_len.data();
-    c.q = &w.q.dl();
-    c.geometry = &geometry;
-    c.kv_view = &w.kv;
-    return c;
+    return workload_call(w, geometry, phase, 0, &seq_ids);
   }
 
-  std::vector<double> output() const {
-    std::vector<double> o(size_t(w.out.numel()));
-    for (int64_t i = 0; i < w.out.numel(); ++i) o[size_t(i)] = w.out.get(i);
-    return o;
-  }
-  // Largest |got − want| / (1 + |want|), and where (NaN counts as infinite).
+  std::vector<double> output() const { return workload_output(w); }
   static std::string worst(const std::vector<double>& got, const std::vector<double>& want, double* err) {
-    *err = 0;
-    size_t at = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double e = std::isfinite(got[i]) ? std::abs(got[i] - want[i]) / (1 + std::abs(want[i])) : INFINITY;
-      if (!(e <= *err)) { *err = e; at = i; }
-    }
-    return "element " + std::to_string(at) + ": got " + std::to_string(got[at]) + ", want " +
-           std::to_string(want[at]);
+    return worst_element(got, want, err);
   }
 
   reference::Workload w;
   sieve_geometry geometry{};
   std::vector<int32_t> seq_ids;
 };
+
+// The plugin, loaded once for the whole test binary: dlclose/dlopen cycles of a plugin with CUDA
+// kernels left the CUDA runtime with a stale module on the GPU machine (a later launch failed with
+// "named symbol not found" / "device kernel image is invalid"), so the library stays loaded until
+// exit.
+inline PluginLibrary& deltakv_library() {
+  static PluginLibrary lib("deltakv");
+  return lib;
+}
+
+// The options' stage 1-2 rule, for calling the plugin's own stage functions (cpu/deltakv_cpu.hpp).
+inline deltakv::KeepRule keep_rule(const DkvOpts& o) {
+  deltakv::KeepRule r{};
+  r.packing = o.packing;
+  r.metric = o.l2 ? deltakv::kL2 : deltakv::kCos;
+  r.threshold = float(o.threshold);
+  r.keep = 1.0 - o.reduction;
+  r.seed = uint64_t(o.seed);
+  r.chunk = int32_t(o.chunk);
+  return r;
+}
 
 }  // namespace sieve::testing

@@ -11,11 +11,9 @@
 #include "cpu/deltakv_cpu.hpp"
 #include "deltakv_scenario.hpp"
 #include "sieve/reference/attention_ref.hpp"
-#include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/conformance.hpp"
 #include "sieve/runtime/host_services.hpp"
-#include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "support/chain_session.hpp"
 #include "support/plugin_library.hpp"
 
 namespace {
@@ -24,34 +22,10 @@ using namespace sieve::testing;
 namespace dk = sieve::deltakv;
 using ::testing::HasSubstr;
 
-void sink_into(void* ctx, const char* m) { *static_cast<std::string*>(ctx) += m; }
-
-dk::KeepRule keep_rule(const DkvOpts& o) {
-  dk::KeepRule r{};
-  r.packing = o.packing;
-  r.metric = o.l2 ? dk::kL2 : dk::kCos;
-  r.threshold = float(o.threshold);
-  r.keep = 1.0 - o.reduction;
-  r.seed = uint64_t(o.seed);
-  r.chunk = int32_t(o.chunk);
-  return r;
-}
-
-// The scenario's keys of (b, kvh) as f32 [n][d], as the plugin reads them.
-std::vector<float> keys_f32(const DkvScenario& sc, int32_t b, int32_t kvh) {
-  std::vector<float> k;
-  for (int32_t pos = 0; pos < sc.w.kv_len[size_t(b)]; ++pos)
-    for (double x : sc.key(b, kvh, pos)) k.push_back(float(x));
-  return k;
-}
-
 class DeltaKv : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
+    api_ = lib_.policy();
     ASSERT_NE(api_, nullptr);
   }
   void TearDown() override {
@@ -59,15 +33,8 @@ class DeltaKv : public ::testing::Test {
   }
   sieve_policy* create(const sieve_geometry& g, const DkvOpts& o) {
     DkvValues v(o);
-    sieve_policy* p = nullptr;
-    std::string err;
-    const sieve_status s = api_->create(host_.table(), &g, v.v, DkvValues::kN, nullptr, nullptr, &p,
-                                        {&err, sink_into});
-    if (s != SIEVE_OK || !p) {
-      ADD_FAILURE() << "create = " << s << ": " << err;
-      return nullptr;
-    }
-    policies_.push_back(p);
+    sieve_policy* p = create_or_fail(api_, host_.table(), g, v.v, DkvValues::kN);
+    if (p) policies_.push_back(p);
     return p;
   }
   sieve_status attend(sieve_policy* p, DkvScenario& sc, uint32_t kind = SIEVE_SEL_ALL,
@@ -97,14 +64,7 @@ class DeltaKv : public ::testing::Test {
     EXPECT_LT(err, tol) << where;
   }
 
-  // One load for the whole binary: dlclose/dlopen cycles of a plugin with CUDA kernels left the
-  // CUDA runtime with a stale module on the GPU machine (a later launch failed with "named symbol
-  // not found" / "device kernel image is invalid"), so the library stays loaded until exit.
-  static PluginLibrary& library() {
-    static PluginLibrary lib("deltakv");
-    return lib;
-  }
-  PluginLibrary& lib_ = library();
+  PluginLibrary& lib_ = deltakv_library();
   const sieve_policy_api* api_ = nullptr;
   sieve::runtime::HostServices host_{sieve::kCpu};
   std::vector<sieve_policy*> policies_;
@@ -142,7 +102,7 @@ TEST(DeltaKvStages, KeepMaskAndPackingMatchPlainRecomputation) {
     for (int32_t b = 0; b < sc.w.batch; ++b)
       for (int32_t kvh = 0; kvh < 2; ++kvh) {
         const int32_t n = sc.w.kv_len[size_t(b)];
-        const std::vector<float> k = keys_f32(sc, b, kvh);
+        const std::vector<float> k = sc.keys_f32(b, kvh);
         std::vector<uint8_t> keep(size_t(n) + 1, 7);
         std::vector<int32_t> anchor(size_t(n) + 1, -5), reach(size_t(n) + 1, -5);
         dk::keep_mask(r, 3, kvh, k.data(), n, 40, keep.data());
@@ -328,30 +288,10 @@ TEST_F(DeltaKv, RefusesBadInputWithOneLine) {
 
 // Through the layer runner (the path `sieve attn` / `sieve eval` take).
 TEST(DeltaKvChains, ThroughTheLayerRunner) {
-  using namespace sieve::runtime;
-  DiscoveryOptions o;
-  o.plugin_dirs = {SIEVE_PLUGIN_DIR};
-  o.use_env = false;
-  o.use_exe_dir = false;
-  o.use_install_dir = false;
-  Registry reg = Registry::discover(o);
-  SyntheticSpec s;
-  s.phase = SIEVE_PHASE_PREFILL;
-  s.n_q_heads = 8;
-  s.n_kv_heads = 2;
-  s.head_dim = 32;
-  s.page_size = 16;
-  s.context = {600, 333};
-  s.new_tokens = 600;
-  s.timing_reps = 1;
-  auto run = [&](const std::string& text) {
-    ChainSpec c;
-    std::string error;
-    EXPECT_TRUE(parse_chain_spec(text, &c, &error)) << error;
-    SyntheticReport r;
-    EXPECT_TRUE(run_synthetic(s, c, reg, &r, &error)) << text << ": " << error;
-    return r;
-  };
+  using sieve::runtime::SyntheticReport;
+  const sieve::runtime::Registry reg = registry_with();
+  const sieve::runtime::SyntheticSpec s = small_session(SIEVE_PHASE_PREFILL, 32, {600, 333}, 600);
+  auto run = [&](const std::string& text) { return run_chain(s, text, reg); };
   const SyntheticReport all = run("prefill:*=deltakv(threshold=2)");
   EXPECT_LT(all.rel_err, 1e-5);
   const SyntheticReport periodic = run("prefill:*=deltakv(packing=periodic,reduction=0.5,q_block=16)");

@@ -15,6 +15,7 @@
 #include "deltakv_scenario.hpp"
 #include "sieve/reference/long_context.hpp"
 #include "sieve/runtime/host_services.hpp"
+#include "support/cuda_device.hpp"
 #include "support/plugin_library.hpp"
 
 namespace {
@@ -22,24 +23,7 @@ namespace {
 using namespace sieve::testing;
 namespace dk = sieve::deltakv;
 
-#define CUDA_OK(expr)                                                      \
-  do {                                                                     \
-    cudaError_t e_ = (expr);                                               \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
-  } while (0)
-
 constexpr DLDevice kCuda0{kDLCUDA, 0};
-
-void sink_into(void* ctx, const char* m) { *static_cast<std::string*>(ctx) += m; }
-
-bool have_gpu(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e == cudaSuccess && n > 0) return true;
-  *why = "no CUDA device: " + (e != cudaSuccess ? std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e)
-                                                 : std::string("cudaGetDeviceCount reports 0 devices"));
-  return false;
-}
 
 // A device copy of a host tensor (same shape and dtype); `poison` fills it with 0xff bytes (NaN
 // in every float dtype) instead.
@@ -87,25 +71,6 @@ struct DeviceCall {
   sieve_layer_call call{};
 };
 
-// f32 keys of (b, kvh) as the plugin reads them.
-std::vector<float> keys_f32(const DkvScenario& sc, int32_t b, int32_t kvh) {
-  std::vector<float> k;
-  for (int32_t pos = 0; pos < sc.w.kv_len[size_t(b)]; ++pos)
-    for (double x : sc.key(b, kvh, pos)) k.push_back(float(x));
-  return k;
-}
-
-dk::KeepRule keep_rule(const DkvOpts& o) {
-  dk::KeepRule r{};
-  r.packing = o.packing;
-  r.metric = o.l2 ? dk::kL2 : dk::kCos;
-  r.threshold = float(o.threshold);
-  r.keep = 1.0 - o.reduction;
-  r.seed = uint64_t(o.seed);
-  r.chunk = int32_t(o.chunk);
-  return r;
-}
-
 // Stages 1-2 on the device (kernels compiled into this test) vs the CPU functions.
 void check_pack(DkvScenario& sc, const DkvOpts& o, int32_t layer = 1) {
   SCOPED_TRACE(::testing::Message() << "d=" << sc.geometry.head_dim << " chunk=" << o.chunk << " l2=" << o.l2
@@ -117,15 +82,15 @@ void check_pack(DkvScenario& sc, const DkvOpts& o, int32_t layer = 1) {
   uint8_t* keep = nullptr;
   int32_t *chunk_anchors = nullptr, *anchor = nullptr, *reach = nullptr, *n_anchors = nullptr,
           *anchor_page = nullptr;
-  CUDA_OK(cudaMalloc(&keep, slots));
-  CUDA_OK(cudaMalloc(&chunk_anchors, seqs * chunks * 4));
-  CUDA_OK(cudaMalloc(&anchor, slots * 4));
-  CUDA_OK(cudaMalloc(&reach, slots * 4));
-  CUDA_OK(cudaMalloc(&anchor_page, slots * 4));
-  CUDA_OK(cudaMalloc(&n_anchors, seqs * 4));
-  CUDA_OK(cudaMemset(anchor, 0xff, slots * 4));
-  CUDA_OK(cudaMemset(reach, 0xff, slots * 4));
-  CUDA_OK(cudaMemset(n_anchors, 0xff, seqs * 4));
+  SIEVE_CUDA_OK(cudaMalloc(&keep, slots));
+  SIEVE_CUDA_OK(cudaMalloc(&chunk_anchors, seqs * chunks * 4));
+  SIEVE_CUDA_OK(cudaMalloc(&anchor, slots * 4));
+  SIEVE_CUDA_OK(cudaMalloc(&reach, slots * 4));
+  SIEVE_CUDA_OK(cudaMalloc(&anchor_page, slots * 4));
+  SIEVE_CUDA_OK(cudaMalloc(&n_anchors, seqs * 4));
+  SIEVE_CUDA_OK(cudaMemset(anchor, 0xff, slots * 4));
+  SIEVE_CUDA_OK(cudaMemset(reach, 0xff, slots * 4));
+  SIEVE_CUDA_OK(cudaMemset(n_anchors, 0xff, seqs * 4));
   dk::CudaLaunch a{};
   a.qo_indptr = static_cast<const int32_t*>(dc.qo.ptr);
   a.kv_indptr = static_cast<const int32_t*>(dc.indptr.ptr);
@@ -153,16 +118,16 @@ void check_pack(DkvScenario& sc, const DkvOpts& o, int32_t layer = 1) {
   a.n_anchors = n_anchors;
   a.stream = nullptr;
   ASSERT_EQ(dk::launch_deltakv_pack(a), nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
+  SIEVE_CUDA_OK(cudaDeviceSynchronize());
   std::vector<int32_t> h_anchor(slots), h_reach(slots), h_n(seqs), h_page(slots);
-  CUDA_OK(cudaMemcpy(h_page.data(), anchor_page, slots * 4, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(h_anchor.data(), anchor, slots * 4, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(h_reach.data(), reach, slots * 4, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(h_n.data(), n_anchors, seqs * 4, cudaMemcpyDeviceToHost));
+  SIEVE_CUDA_OK(cudaMemcpy(h_page.data(), anchor_page, slots * 4, cudaMemcpyDeviceToHost));
+  SIEVE_CUDA_OK(cudaMemcpy(h_anchor.data(), anchor, slots * 4, cudaMemcpyDeviceToHost));
+  SIEVE_CUDA_OK(cudaMemcpy(h_reach.data(), reach, slots * 4, cudaMemcpyDeviceToHost));
+  SIEVE_CUDA_OK(cudaMemcpy(h_n.data(), n_anchors, seqs * 4, cudaMemcpyDeviceToHost));
   for (int32_t b = 0; b < sc.w.batch; ++b)
     for (int32_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
       const int32_t n = sc.w.kv_len[size_t(b)];
-      const std::vector<float> k = keys_f32(sc, b, kvh);
+      const std::vector<float> k = sc.keys_f32(b, kvh);
       std::vector<uint8_t> keep_cpu(size_t(n) + 1);
       std::vector<int32_t> anchor_cpu(size_t(n) + 1), reach_cpu(size_t(n) + 1);
       dk::keep_mask(a.keep_rule, layer, kvh, k.data(), n, g.head_dim, keep_cpu.data());
@@ -188,12 +153,9 @@ void check_pack(DkvScenario& sc, const DkvOpts& o, int32_t layer = 1) {
 class DeltaKvCuda : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string why;
-    if (!have_gpu(&why)) GTEST_SKIP() << why;
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
+    if (const std::string why = cuda_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+    api_ = lib_.policy();
+    ASSERT_NE(api_, nullptr);
     ASSERT_TRUE(api_->descriptor->devices & SIEVE_DEVICE_CUDA);
     gpu_ = std::make_unique<sieve::runtime::HostServices>(kCuda0);
   }
@@ -202,23 +164,21 @@ class DeltaKvCuda : public ::testing::Test {
   }
   sieve_policy* create(const sieve::runtime::HostServices& host, const sieve_geometry& g, const DkvOpts& o) {
     DkvValues v(o);
-    sieve_policy* p = nullptr;
-    std::string err;
-    const sieve_status s =
-        api_->create(host.table(), &g, v.v, DkvValues::kN, nullptr, nullptr, &p, {&err, sink_into});
-    if (s != SIEVE_OK || !p) {
-      ADD_FAILURE() << "create = " << s << ": " << err;
-      return nullptr;
-    }
-    policies_.push_back(p);
+    sieve_policy* p = create_or_fail(api_, host.table(), g, v.v, DkvValues::kN);
+    if (p) policies_.push_back(p);
     return p;
   }
   // The CUDA hook's output vs the CPU hook's on the same scenario.
   void check(const DkvOpts& o, DLDataType dtype, int32_t d, double tol) {
-    SCOPED_TRACE(::testing::Message() << "d=" << d << " dtype=" << sieve::dtype_name(dtype) << " chunk=" << o.chunk
-                                      << " q_block=" << o.q_block << " cw=" << o.count_weighting
-                                      << " phase2=" << o.phase2 << " packing=" << o.packing);
     DkvScenario sc(dtype, d);
+    check(o, sc, tol);
+  }
+  void check(const DkvOpts& o, DkvScenario& sc, double tol) {
+    SCOPED_TRACE(::testing::Message() << "d=" << sc.geometry.head_dim << " dtype="
+                                      << sieve::dtype_name(sc.geometry.kv_dtype) << " threshold=" << o.threshold
+                                      << " chunk=" << o.chunk << " q_block=" << o.q_block
+                                      << " cw=" << o.count_weighting << " phase2=" << o.phase2
+                                      << " packing=" << o.packing);
     sieve_policy* cpu = create(cpu_, sc.geometry, o);
     ASSERT_NE(cpu, nullptr);
     sieve_selection sel{};
@@ -243,14 +203,7 @@ class DeltaKvCuda : public ::testing::Test {
     EXPECT_LT(err, tol) << where;
   }
 
-  // One load for the whole binary: dlclose/dlopen cycles of a plugin with CUDA kernels left the
-  // CUDA runtime with a stale module on the GPU machine (a later launch failed with "named symbol
-  // not found" / "device kernel image is invalid"), so the library stays loaded until exit.
-  static PluginLibrary& library() {
-    static PluginLibrary lib("deltakv");
-    return lib;
-  }
-  PluginLibrary& lib_ = library();
+  PluginLibrary& lib_ = deltakv_library();
   const sieve_policy_api* api_ = nullptr;
   sieve::runtime::HostServices cpu_{sieve::kCpu};
   std::unique_ptr<sieve::runtime::HostServices> gpu_;
@@ -258,8 +211,7 @@ class DeltaKvCuda : public ::testing::Test {
 };
 
 TEST(DeltaKvCudaPack, KeepMasksAndPacksMatchTheCpuBitForBit) {
-  std::string why;
-  if (!have_gpu(&why)) GTEST_SKIP() << why;
+  if (const std::string why = cuda_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   for (int32_t d : {8, 40, 64, 128}) {
     DkvScenario sc(sieve::kF32, d);
     std::vector<DkvOpts> cases(5);
@@ -280,8 +232,7 @@ TEST(DeltaKvCudaPack, KeepMasksAndPacksMatchTheCpuBitForBit) {
 // Realistic adjacency (cosines spread around the thresholds): the same summation order must give
 // the same decisions even where they are close.
 TEST(DeltaKvCudaPack, LongContextPacksMatchTheCpuBitForBit) {
-  std::string why;
-  if (!have_gpu(&why)) GTEST_SKIP() << why;
+  if (const std::string why = cuda_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   DkvScenario sc(sieve::kF32, 128, {2048, 1500}, {2048, 1500}, 3, 16, 8, 4);
   sieve::reference::LongContextSpec spec;
   spec.n_q_heads = 8;
@@ -362,24 +313,7 @@ TEST_F(DeltaKvCuda, LongContextAttendMatchesTheCpu) {
   for (double t : {0.83, 0.78}) {
     DkvOpts o;
     o.threshold = t;
-    sieve_policy* cpu = create(cpu_, sc.geometry, o);
-    ASSERT_NE(cpu, nullptr);
-    sieve_selection sel{};
-    sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
-    sieve_layer_call c = sc.call();
-    ASSERT_EQ(api_->attend(cpu, &c, &sel, &sc.w.out.dl()), SIEVE_OK) << api_->last_error(cpu);
-    const std::vector<double> want = sc.output();
-    DeviceCall dc(sc);
-    sieve_policy* gpu = create(*gpu_, dc.geometry, o);
-    ASSERT_NE(gpu, nullptr);
-    ASSERT_EQ(api_->attend(gpu, &dc.call, &sel, &dc.out.t), SIEVE_OK) << api_->last_error(gpu);
-    std::string error;
-    ASSERT_TRUE(gpu_->synchronize(&error)) << error;
-    sc.w.poison_outputs();
-    dc.out.read_into(sc.w.out.dl());
-    double err = 0;
-    const std::string where = DkvScenario::worst(sc.output(), want, &err);
-    EXPECT_LT(err, 2e-2) << "threshold " << t << ": " << where;
+    check(o, sc, 2e-2);
   }
 }
 

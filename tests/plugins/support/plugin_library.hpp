@@ -51,10 +51,38 @@ class PluginLibrary {
     return table;
   }
 
+  // The policy table of a loaded, negotiated plugin (what a policy test's SetUp needs), or NULL
+  // after a test failure naming why.
+  const sieve_policy_api* policy(uint32_t host_major = SIEVE_ABI_MAJOR) const {
+    if (!loaded()) {
+      ADD_FAILURE() << path_ << ": " << error_;
+      return nullptr;
+    }
+    const sieve_plugin* table = negotiate(host_major);
+    if (table && !table->policy) ADD_FAILURE() << path_ << ": the plugin has no policy table";
+    return table ? table->policy : nullptr;
+  }
+
  private:
   std::string path_;
   std::string error_;
   void* handle_ = nullptr;
 };
+
+// api->create on `services` with these parameter values and no KV store: the policy, or NULL
+// after a test failure "<what> = <status>: <the plugin's reason>".
+inline sieve_policy* create_or_fail(const sieve_policy_api* api, const sieve_host_services* services,
+                                    const sieve_geometry& g, const sieve_param_value* values, uint32_t n_values,
+                                    const std::string& what = "create") {
+  sieve_policy* p = nullptr;
+  std::string reason;
+  const sieve_reason_sink sink{&reason, [](void* ctx, const char* m) { *static_cast<std::string*>(ctx) += m; }};
+  const sieve_status s = api->create(services, &g, values, n_values, nullptr, nullptr, &p, sink);
+  if (s != SIEVE_OK || !p) {
+    ADD_FAILURE() << what << " = " << s << ": " << reason;
+    return nullptr;
+  }
+  return p;
+}
 
 }  // namespace sieve::testing

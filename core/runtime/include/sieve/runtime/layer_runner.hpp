@@ -106,6 +106,8 @@ class LayerRunner {
                              std::string* error) const;
   std::string check_selection(const sieve_attention_args& args);
   std::string check_output(const DLTensor& out, const int32_t* rows, int64_t n_rows);
+  // The call the hooks see for `in` on `view` (the per-sequence lengths go to kv_len_).
+  sieve_layer_call layer_call(const LayerInputs& in, sieve_paged_kv* view);
 
   HostServices& services_;
   sieve_geometry geometry_;
