@@ -7,8 +7,9 @@
 //     (attention_row.cu);
 //   - prefill over every query token: a tiled kernel, on tensor cores (attention_prefill_mma.cu)
 //     under the same conditions, else FMA (attention_prefill.cu);
-//   - page statistics (decode): page_mass zeroed, then a second pass with the final lse
-//     (attention_stats.cu).
+//   - page statistics (decode): page_mass zeroed, then a reduction with the final lse
+//     (attention_stats.cu): on the tensor-core path over the logits the row kernel stored in its
+//     attention pass (no second read of K), else a second pass recomputing q·k from K.
 // Per device, once: the SM count (split heuristic), a private stream-ordered memory pool for the
 // per-call scratch (split partials, the lse the statistics need when the caller passed none), and
 // the device-side error record (a __device__ variable, so no allocation and zero at module load).
@@ -334,21 +335,34 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   const int kv_dt = dtype_code(kv.k_pages.dtype);
   const bool stats = s.stats != SIEVE_STATS_NONE;
 
-  // Scratch: split partials [splits, n_work, hq, d] + [splits, n_work, hq], and the statistics'
-  // lse [n_q_tokens, hq] when the caller did not ask for lse.
+  // Scratch: split partials [splits, n_work, hq, d] + [splits, n_work, hq], the statistics'
+  // lse [n_q_tokens, hq] when the caller did not ask for lse, and on the tensor-core row path the
+  // logits the statistics are reduced from [nnz_pages * page_size, hq] (AttnParams::logits).
   const size_t part_o = plan.splits > 1 ? size_t(plan.splits) * plan.n_work * s.hq * s.d : 0;
   const size_t part_lse = plan.splits > 1 ? size_t(plan.splits) * plan.n_work * s.hq : 0;
   const size_t lse_scratch = stats && !p.lse ? size_t(s.n_q_tokens) * s.hq : 0;
+  const bool stats_from_logits = stats && plan.row_path && plan.mma;
+  size_t logits = stats_from_logits ? size_t(s.nnz_pages) * s.page_size * s.hq : 0;
+  const size_t logits_at = (part_o + part_lse + lse_scratch + 3) / 4 * 4;  // 16-byte aligned (paired stores)
   Scratch scratch(st->pool, stream);
   float* ws = nullptr;
-  if (cudaError_t e = scratch.get((part_o + part_lse + lse_scratch) * sizeof(float), &ws); e != cudaSuccess)
-    return fail(error, e == cudaErrorMemoryAllocation ? SIEVE_ERR_OUT_OF_MEMORY : SIEVE_ERR_DEVICE,
-                cuda_message("cudaMallocFromPoolAsync(attention scratch)", e));
+  cudaError_t alloc = scratch.get((logits ? logits_at + logits : part_o + part_lse + lse_scratch) * sizeof(float), &ws);
+  if (alloc == cudaErrorMemoryAllocation && logits) {
+    // No room for the logits (4 bytes per token and query head): the statistics then take the
+    // second pass over K, which needs no scratch.
+    cudaGetLastError();
+    logits = 0;
+    alloc = scratch.get((part_o + part_lse + lse_scratch) * sizeof(float), &ws);
+  }
+  if (alloc != cudaSuccess)
+    return fail(error, alloc == cudaErrorMemoryAllocation ? SIEVE_ERR_OUT_OF_MEMORY : SIEVE_ERR_DEVICE,
+                cuda_message("cudaMallocFromPoolAsync(attention scratch)", alloc));
   if (part_o) {
     p.part_o = ws;
     p.part_lse = ws + part_o;
   }
   if (lse_scratch) p.lse_all = ws + part_o + part_lse;
+  if (logits) p.logits = ws + logits_at;
 
   if (stats && s.nnz_pages > 0) {
     // Pages no computed row attends hold 0.
@@ -367,7 +381,9 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
         return fail(error, SIEVE_ERR_DEVICE, cuda_message("split-KV combine kernel launch", e));
     }
     if (stats && plan.max_pages > 0) {
-      if (cudaError_t e = cuda::launch_page_mass(p, kv_dt, plan.max_pages, stream); e != cudaSuccess)
+      const cudaError_t e = p.logits ? cuda::launch_page_mass_from_logits(p, plan.max_pages, stream)
+                                     : cuda::launch_page_mass(p, kv_dt, plan.max_pages, stream);
+      if (e != cudaSuccess)
         return fail(error, SIEVE_ERR_DEVICE, cuda_message("page statistics kernel launch", e));
     }
   } else if (plan.max_tiles > 0) {

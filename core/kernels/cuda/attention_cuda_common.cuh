@@ -95,6 +95,11 @@ struct AttnParams {
   // page statistics
   int32_t stats_h;  // page_mass columns: hkv or 1
   float* page_mass;
+  // Tensor-core row kernel, when statistics are asked for: it also writes every computed
+  // log2-domain logit here, so the statistics need no second pass over K. Per sequence b, head-major:
+  // logits[(kv_indptr[b] * page_size) * hq + h * (n_pages_b * page_size) + position] (one query per
+  // sequence: decode). Null: not written (the FMA row kernel; statistics from K, attention_stats.cu).
+  float* logits;
   ErrorRecord* err;
 };
 
@@ -357,6 +362,9 @@ cudaError_t launch_prefill_attention_mma(const AttnParams& p, int kv_dt, int32_t
 // Page statistics (decode) from the final lse: grid (max pages, work rows).
 cudaError_t launch_page_mass(const AttnParams& p, int kv_dt, int32_t max_pages,
                              cudaStream_t stream);
+// The same statistics from p.logits (written by the tensor-core row kernel in the attention pass)
+// and the final lse: reads 4 bytes per (token, head) instead of the K cache.
+cudaError_t launch_page_mass_from_logits(const AttnParams& p, int32_t max_pages, cudaStream_t stream);
 
 // Heads per CTA the row kernel is compiled for; a GQA group larger than this is chunked. Queries
 // and accumulators of every head live in registers: 8 heads of 16-bit storage at head_dim >= 64

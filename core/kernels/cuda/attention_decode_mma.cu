@@ -13,7 +13,9 @@
 // own online softmax (S = Q·Kᵀ from ldmatrix'd K, P·V from ldmatrix.trans'd V, P kept in
 // registers), and the warps merge through shared memory at the end.
 // With one split the CTA writes out and lse; with several, a partial state for
-// launch_split_combine(). A row whose key list is short uses fewer splits (split_min_keys), so a
+// launch_split_combine(). When page statistics are asked for, every logit is also stored
+// (AttnParams::logits), so the statistics come from this pass (launch_page_mass_from_logits).
+// A row whose key list is short uses fewer splits (split_min_keys), so a
 // sparse selection is not spread over CTAs that would each do almost nothing.
 #include "attention_mma.cuh"
 
@@ -117,6 +119,11 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
     for (int e = 0; e < 4; ++e) o[nb][e] = 0.f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};  // rows g and g + 8
   const int key0 = warp * 16;                           // this warp's keys in every tile
+  // Where this unit's logits go (AttnParams::logits), or null.
+  const int64_t logit_head_stride = int64_t(qt.n_pages) * p.page_size;
+  float* const logits =
+      p.logits ? p.logits + int64_t(qt.page_base) * p.page_size * p.hq + int64_t(h0) * logit_head_stride
+               : nullptr;
 
   // The split's tiles, a slot-table chunk at a time; each chunk runs the cp.async ring from empty.
   for (int32_t c0 = t_begin; c0 < t_begin + n_tiles;) {
@@ -164,6 +171,27 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
           const bool valid = kp[key0 + nb * 8 + 2 * t + (e & 1)] != INT32_MAX;
           s[nb][e] = valid ? s[nb][e] * p.scale_log2 : kNegInf;
         }
+      if (logits) {
+        // Page statistics: the logits of (head h0 + row, key) for the reduction after the lse is
+        // final. A lane holds keys 2t, 2t + 1 of a row: one 8-byte store when they are adjacent
+        // positions (always on dense rows), so the quad fills whole 32-byte sectors.
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb) {
+          const int32_t pos0 = kp[key0 + nb * 8 + 2 * t], pos1 = kp[key0 + nb * 8 + 2 * t + 1];
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int row = g + 8 * hf;
+            if (row >= nh) continue;
+            float* dst = logits + int64_t(row) * logit_head_stride;
+            if (pos0 != INT32_MAX && pos1 == pos0 + 1 && (reinterpret_cast<uintptr_t>(dst + pos0) & 7) == 0) {
+              *reinterpret_cast<float2*>(dst + pos0) = make_float2(s[nb][2 * hf], s[nb][2 * hf + 1]);
+            } else {
+              if (pos0 != INT32_MAX) dst[pos0] = s[nb][2 * hf];
+              if (pos1 != INT32_MAX) dst[pos1] = s[nb][2 * hf + 1];
+            }
+          }
+        }
+      }
 
       // Online softmax (log2 domain) of rows g (hf 0) and g + 8 (hf 1); a row's 16 scores sit in
       // the 4 lanes of its quad.

@@ -19,7 +19,7 @@
 // Hooks: select, observe, end_step. Core kernels: dense attention with page statistics (Δ-layers)
 // and block-sparse attention over the selection (sparse layers), both through the host.
 // CUDA: observe enqueues a score-preparation kernel and core/selection's batched top-k on the
-// host's stream; sparse layers copy the stored CSR device-to-device on the same stream. No
+// host's stream; sparse layers copy the stored CSR with one kernel on the same stream. No
 // allocation or synchronisation in hooks. CUDA graphs: STATIC_SHAPES (launch shapes and the
 // host-side capacity checks follow the batch and lengths of the captured call).
 #include <sieve/plugin/policy_api.hpp>

@@ -5,7 +5,8 @@
 //     keeps exactly the pages of the CPU path's per-row plan (delta_rows.hpp): the window's pages
 //     plus the best budget_pages - window earlier pages (the +inf page is picked first).
 //   top-k: core/selection's launch_top_k_cuda on the same stream, into the stored selection.
-//   copy_delta_selection: two device-to-device copies on the host's stream at sparse layers.
+//   copy_selection: the stored CSR into the chain's selection at sparse layers, one launch on the
+//     host's stream.
 // Lengths come from the view's device page table: nothing is uploaded, allocated or synchronised.
 #include <cuda_runtime.h>
 
@@ -34,6 +35,19 @@ __global__ void __launch_bounds__(kThreads) delta_scores(ObserveLaunch a) {
        i += int64_t(gridDim.x) * kThreads) {
     const int64_t at = int64_t(begin) * a.heads + i;
     a.scores[at] = int32_t(i / a.heads) == forced ? INFINITY : a.page_mass[at];
+  }
+}
+
+// The stored selection into the chain's: offsets and indices in one launch (a sparse layer's
+// only device work besides its attention; two cudaMemcpyAsync calls were two operations).
+__global__ void __launch_bounds__(kThreads)
+    copy_selection(int32_t* dst_indptr, int32_t* dst_indices, const int32_t* src_indptr,
+                   const int32_t* src_indices, int32_t n_rows, int64_t nnz) {
+  const int64_t n_offsets = int64_t(n_rows) + 1;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n_offsets + nnz;
+       i += int64_t(gridDim.x) * kThreads) {
+    if (i < n_offsets) dst_indptr[i] = src_indptr[i];
+    else dst_indices[i - n_offsets] = src_indices[i - n_offsets];
   }
 }
 
@@ -74,12 +88,12 @@ const char* launch_delta_observe(const ObserveLaunch& a) noexcept {
 const char* copy_delta_selection(int32_t* dst_indptr, int32_t* dst_indices,
                                  const int32_t* src_indptr, const int32_t* src_indices,
                                  int32_t n_rows, int64_t nnz, void* stream) noexcept {
-  auto s = static_cast<cudaStream_t>(stream);
-  cudaError_t e = cudaMemcpyAsync(dst_indptr, src_indptr, sizeof(int32_t) * size_t(n_rows + 1),
-                                  cudaMemcpyDeviceToDevice, s);
-  if (e == cudaSuccess && nnz > 0)
-    e = cudaMemcpyAsync(dst_indices, src_indices, sizeof(int32_t) * size_t(nnz),
-                        cudaMemcpyDeviceToDevice, s);
+  const int64_t items = int64_t(n_rows) + 1 + (nnz > 0 ? nnz : 0);
+  const int64_t blocks = (items + kThreads - 1) / kThreads;
+  copy_selection<<<unsigned(blocks < 1024 ? blocks : 1024), kThreads, 0,
+                   static_cast<cudaStream_t>(stream)>>>(dst_indptr, dst_indices, src_indptr,
+                                                        src_indices, n_rows, nnz > 0 ? nnz : 0);
+  const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
 }
 

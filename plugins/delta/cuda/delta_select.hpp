@@ -36,8 +36,8 @@ size_t delta_topk_scratch_bytes(int32_t max_batch, int32_t heads, int32_t max_pa
 // the stored selection. No allocation, no synchronisation. NULL or the CUDA error string.
 const char* launch_delta_observe(const ObserveLaunch& a) noexcept;
 
-// Enqueue device-to-device copies of the stored selection (n_rows + 1 offsets, nnz indices) into
-// the chain's selection. NULL or the CUDA error string.
+// Enqueue the copy of the stored selection (n_rows + 1 offsets, nnz indices) into the chain's
+// selection (one kernel). NULL or the CUDA error string.
 const char* copy_delta_selection(int32_t* dst_indptr, int32_t* dst_indices,
                                  const int32_t* src_indptr, const int32_t* src_indices,
                                  int32_t n_rows, int64_t nnz, void* stream) noexcept;
