@@ -5,15 +5,20 @@
 # comments; each line's JSON is merged into one file) and optionally the kernel suite.
 # Logs and JSON go to $OUT (the device tool brings back at most 8 files).
 #
-#   bench/device_all.sh [--no-build-tests] [--no-tests] [--memcheck] [--suite]
+#   bench/device_all.sh [--fresh] [--no-build-tests] [--no-tests] [--memcheck] [--suite]
 #                       [--policy-cases FILE] [--ctest-regex RE]
+#
+# --fresh starts from an empty build directory: a warm machine keeps build outputs between calls,
+# and a tree copied later can carry older timestamps than the objects there (Ninja would then
+# keep stale objects).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/build-device/out}
+OUT=${OUT:-$PWD/build-device-out}
 mkdir -p "$OUT"
-tests=1 memcheck=0 suite=0 cases="" regex="" build_tests=ON
+tests=1 memcheck=0 suite=0 cases="" regex="" build_tests=ON fresh=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --fresh) fresh=1 ;;
     --no-tests) tests=0 ;;
     --no-build-tests) build_tests=OFF; tests=0 ;;
     --memcheck) memcheck=1 ;;
@@ -24,7 +29,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-B=build-device
+B=build-device-all
+[ $fresh = 1 ] && rm -rf $B
 LOG="$OUT/build.log"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1; date -u; } > "$LOG" 2>&1
 head -2 "$LOG" | tail -1
