@@ -1,6 +1,7 @@
 // The arithmetic of DPXA / XAttention / strided tile scoring and of the greedy tile cover, shared
 // verbatim by the CPU path, the CUDA kernels and `sieve calibrate dpxa` (header-only, __host__
-// __device__), so every path computes the same selection bit for bit:
+// __device__), so every path computes the same selection bit for bit (the CUDA path's tensor-core
+// scoring of 16-bit Q/K is the one exception: cuda/dpxa_select.cu):
 //   - every sum runs in one fixed order with plain IEEE float multiplies and adds, never
 //     contracted into FMAs (__fmul_rn / __fadd_rn on the device; the CPU sources are compiled
 //     with -ffp-contract=off);

@@ -21,7 +21,9 @@
 //
 // Hooks: select (prefill). CPU: dpxa_core.cpp. CUDA: cuda/dpxa_select.cu (anchors, tile scores,
 // per-row greedy, CSR), all on the host's stream with scratch allocated in create. Both paths
-// share dpxa_tiles.hpp's arithmetic and produce the same selection.
+// share dpxa_tiles.hpp's arithmetic and produce the same selection, except that 16-bit Q/K are
+// scored on tensor cores (f32 sums in the tensor core's order), which can flip a tile whose share
+// ties another's, or τ, to ~1e-6 (docs/methods/dpxa.md).
 // Host services: alloc/free, cuda_stream, log, metric ("dpxa_density": kept / causal tiles,
 // "dpxa_sampled": sampled logits / causal logits, CPU only).
 #include <sieve/plugin/policy_api.hpp>
