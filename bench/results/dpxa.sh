@@ -9,8 +9,11 @@
 #              prompts;
 #   synthetic: long contexts with realistic adjacent-key similarity (--keys similar:
 #              core/reference/long_context.hpp), 2048-token prefill, 8 q / 2 KV heads, d 128, block
-#              128 (sieve attn, f64 reference); tau sweep + per-head tau calibrated on other seeds.
+#              128 (sieve attn, f64 reference); tau sweep + per-head tau calibrated on other seeds;
+#   deltax:    mode=deltax (DeltaXAttention, CPU) against mode=select at the same tau on the same
+#              synthetic inputs (set synthetic_deltax).
 #   bench/results/dpxa.sh [BUILD_DIR]      (default: build; needs the sieve CLI and the plugins)
+#   ONLY_LONG=1 / ONLY_DELTAX=1: only the 8K set / only the deltax set (the other rows are kept).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -55,8 +58,10 @@ syn_attn() {  # syn_attn ESTIMATOR TAU TARGET CHAIN [SET TOKENS HQ HKV]
   meta "${5:-synthetic}" "$1" "$2" "$3" "$4" "sieve ${args[*]}" > "$f.meta"
 }
 
+ONLY_DELTAX="${ONLY_DELTAX:-0}"
+[ "$ONLY_DELTAX" = 1 ] && ONLY_LONG=skip   # neither the main sets nor the 8K set
 for est in dpxa xattn stride; do
-  [ "${ONLY_LONG:-0}" = 1 ] && break
+  [ "${ONLY_LONG:-0}" != 0 ] && break
   for tau in 0.5 0.7 0.8 0.9 0.95; do
     model_eval "$est" "$tau" null "prefill:*=dpxa(estimator=$est,block=32,tau=$tau)"
   done
@@ -79,20 +84,38 @@ done
 # A longer synthetic context (8192 tokens = 64 key blocks of 128; 4 q / 1 KV heads to keep the
 # f64 reference affordable on a CPU).
 for est in dpxa xattn stride; do
+  [ "$ONLY_DELTAX" = 1 ] && break
   for tau in 0.8 0.9 0.95; do
     syn_attn "$est" "$tau" null "prefill:*=dpxa(estimator=$est,tau=$tau)" synthetic_8k 8192 4 1
   done
 done
 
+# DeltaXAttention (mode=deltax, CPU only): the kept tiles of mode=select at the same tau, with the
+# off-diagonal ones outside the sink and the top exact_top share attended over their Delta-KV
+# packed keys (pack_threshold, default 0.83); select rows of the same run for comparison, also at
+# the taus between, to compare at matched KV loads (the paper's tile-skipping ablation, §4.2.2).
+if [ "${ONLY_LONG:-0}" = 0 ] || [ "$ONLY_DELTAX" = 1 ]; then
+  for tau in 0.75 0.8 0.85 0.93 0.95; do
+    syn_attn dpxa "$tau" null "prefill:*=dpxa(tau=$tau)" synthetic_deltax
+  done
+  for tau in 0.7 0.9 0.97; do
+    syn_attn dpxa "$tau" null "prefill:*=dpxa(tau=$tau)" synthetic_deltax
+    for et in 0.1 0.3; do
+      syn_attn dpxa "$tau" null "prefill:*=dpxa(tau=$tau,mode=deltax,exact_top=$et)" synthetic_deltax
+    done
+    syn_attn dpxa "$tau" null "prefill:*=dpxa(tau=$tau,mode=deltax,pack_threshold=0.9)" synthetic_deltax
+  done
+fi
+
 # Per-head tau for the GPU speed runs (32 q / 8 KV heads, d 128, block 128, layer 0):
 # docs/results/prefill_dpxa.md section 3 passes it to sieve_bench.
-[ "${ONLY_LONG:-0}" = 1 ] ||
+[ "${ONLY_LONG:-0}" != 0 ] ||
   "$SIEVE" calibrate dpxa --synthetic --tokens 4096 --heads 32 --kv-heads 8 --head-dim 128 --samples 1 \
     --seed 100 --target 0.9 --out "$ROOT/docs/results/prefill_dpxa_tau_dpxa_synthetic_32h_r9.txt" --json > /dev/null
 
 # One flat row per run (metric names as sieve eval / sieve attn print them).
-python3 - "$T" "$OUT_JSON" "$ROOT" <<'PY'
-import glob, json, os, sys
+RUN_DATE="${RUN_DATE:-$(date -u +%F)}" python3 - "$T" "$OUT_JSON" "$ROOT" <<'PY'
+import glob, json, os, re, sys
 tmp, out, root = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = []
 for m in sorted(glob.glob(os.path.join(tmp, "*.meta"))):
@@ -118,15 +141,24 @@ for m in sorted(glob.glob(os.path.join(tmp, "*.meta"))):
                     "prefill_attended_fraction": j["attended_fraction"],
                     "tile_density": mt.get("dpxa_density", {}).get("mean"),
                     "sampled_fraction": mt.get("dpxa_sampled", {}).get("mean")})
-    row["date"] = "2026-11-22"
+        if "deltax_kv_reduction" in mt:  # mean over the per-q-head and the layer reports
+            row.update({"deltax_kv_reduction": mt["deltax_kv_reduction"]["mean"],
+                        "deltax_packed_tiles": mt.get("deltax_packed", {}).get("mean")})
+    m = re.search(r"mode=(\w+)", row["chain"])
+    row["mode"] = m.group(1) if m else "select"
+    row["date"] = os.environ["RUN_DATE"]
     rows.append(row)
-if os.environ.get("ONLY_LONG") == "1" and os.path.exists(out):  # keep the other sets
-    rows = [r for r in json.load(open(out))["rows"] if r["set"] != "synthetic_8k"] + rows
+only = {"1": "synthetic_8k"}.get(os.environ.get("ONLY_LONG", "0"))
+if os.environ.get("ONLY_DELTAX") == "1":
+    only = "synthetic_deltax"
+if only and os.path.exists(out):  # keep the other sets
+    rows = [r for r in json.load(open(out))["rows"] if r["set"] != only] + rows
 json.dump({"topic": "prefill_dpxa", "rows": rows}, open(out, "w"), indent=1)
-print(f"{'set':9} {'est':6} {'tau':>5} {'r':>5} {'attended':>8} {'recall':>7} {'rel_err':>8} {'KL':>9} {'top1':>6} {'greedy':>6}")
+print(f"{'set':16} {'est':6} {'mode':6} {'tau':>5} {'r':>5} {'attended':>8} {'recall':>7} {'rel_err':>8} {'KL':>9} {'top1':>6} {'greedy':>6} {'kv_red':>6}  chain")
 for r in rows:
     f = lambda k, fmt: (fmt % r[k]) if r.get(k) is not None else "-"
-    print(f"{r['set']:9} {r['estimator']:6} {f('tau','%.2f'):>5} {f('target_r','%.2f'):>5} "
+    print(f"{r['set']:16} {r['estimator']:6} {r.get('mode', 'select'):6} {f('tau','%.2f'):>5} {f('target_r','%.2f'):>5} "
           f"{f('prefill_attended_fraction','%.3f'):>8} {f('prefill_recall','%.4f'):>7} {f('prefill_output_rel_err','%.4f'):>8} "
-          f"{f('kl_mean','%.2e'):>9} {f('top1_agreement','%.4f'):>6} {f('greedy_token_agreement','%.4f'):>6}")
+          f"{f('kl_mean','%.2e'):>9} {f('top1_agreement','%.4f'):>6} {f('greedy_token_agreement','%.4f'):>6} "
+          f"{f('deltax_kv_reduction','%.3f'):>6}  {r['chain']}")
 PY

@@ -1,6 +1,7 @@
 // Delta-KV on the CPU, one (sequence, KV head) at a time over f32 copies of its keys and values:
-// stage 1 (keep mask), stage 2 (anchors and their reach) and stage 3 (one query row). The plugin's
-// CPU path and the tests use these; the CUDA kernels follow the same formulas (deltakv_math.hpp).
+// stage 1 (keep mask) and stage 2 (anchors and their reach) from core/packing, stage 3 (one query
+// row) here. The plugin's CPU path and the tests use these; the CUDA kernels follow the same
+// formulas (deltakv_math.hpp).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -8,40 +9,13 @@
 #include <limits>
 
 #include "deltakv_math.hpp"
+#include "sieve/packing/pack_cpu.hpp"
 
 namespace sieve::deltakv {
 
-// Stage 1: keep[i] = 1 for the anchors among keys k[0..n) ([n][d] f32). Chunks of r.chunk keys
-// are independent (each starts with an anchor), which is what lets the CUDA kernel give each
-// chunk its own warp.
-inline void keep_mask(const KeepRule& r, int32_t layer, int32_t kvh, const float* k, int32_t n,
-                      int32_t d, uint8_t* keep) {
-  for (int32_t c0 = 0; c0 < n; c0 += r.chunk) {
-    const int32_t c1 = std::min(n, c0 + r.chunk);
-    keep[c0] = 1;
-    int32_t anchor = c0;
-    for (int32_t i = c0 + 1; i < c1; ++i) {
-      const bool kept = r.packing == kDelta
-                            ? delta_keeps(r, key_sums(k + int64_t(i) * d, k + int64_t(anchor) * d, d))
-                            : fixed_keeps(r, layer, kvh, i);
-      keep[i] = kept ? 1 : 0;
-      if (kept) anchor = i;
-    }
-  }
-}
-
-// Stage 2: the anchors' positions and reach (last position each covers: the next anchor's
-// position - 1, or n - 1); counts are reach - anchor + 1. Returns m, the number of anchors.
-inline int32_t pack(const uint8_t* keep, int32_t n, int32_t* anchor, int32_t* reach) {
-  int32_t m = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    if (!keep[i]) continue;
-    if (m > 0) reach[m - 1] = i - 1;
-    anchor[m++] = i;
-  }
-  if (m > 0) reach[m - 1] = n - 1;
-  return m;
-}
+// Stages 1-2 (keep mask, pack) are the shared CPU packing of core/packing.
+using packing::keep_mask;
+using packing::pack;
 
 // What stage 3 needs besides the packed lists.
 struct AttendRule {

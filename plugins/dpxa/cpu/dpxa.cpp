@@ -19,13 +19,22 @@
 // masks); rows=kv_head: one per KV head, the union of its group's masks (the core kernel then
 // shares each K/V tile across the group). The core block-sparse prefill kernel computes the tiles.
 //
-// Hooks: select (prefill). CPU: dpxa_core.cpp. CUDA: cuda/dpxa_select.cu (anchors, tile scores,
+// mode=deltax (DeltaXAttention, §4.2; CPU only): the same kept tiles, but attend computes them
+// itself: the diagonal tiles, the sink and the `exact_top` highest-share other kept tiles exactly,
+// every other kept tile over its Delta-KV packed keys (per key block, cosine `pack_threshold`)
+// with ln(count) added to the logit, all in one softmax per query row (cpu/deltax.cpp).
+//
+// Hooks: select (prefill), attend. A hook's presence is fixed per plugin, not per instance, so
+// attend exists in both modes; mode=select hands the call to the host's core block-sparse kernel
+// with the arguments the layer runner would have used (the same kernel, the same result).
+// CPU: dpxa_core.cpp. CUDA: cuda/dpxa_select.cu (anchors, tile scores,
 // per-row greedy, CSR), all on the host's stream with scratch allocated in create. Both paths
 // share dpxa_tiles.hpp's arithmetic and produce the same selection, except that 16-bit Q/K are
 // scored on tensor cores (f32 sums in the tensor core's order), which can flip a tile whose share
 // ties another's, or τ, to ~1e-6 (docs/methods/dpxa.md).
-// Host services: alloc/free, cuda_stream, log, metric ("dpxa_density": kept / causal tiles,
-// "dpxa_sampled": sampled logits / causal logits, CPU only).
+// Host services: alloc/free, cuda_stream, log, kernels->attend (mode=select), metric
+// ("dpxa_density": kept / causal tiles, "dpxa_sampled": sampled logits / causal logits, CPU only;
+// mode=deltax: "deltax_kv_reduction" per q head and layer, "deltax_packed" per layer).
 #include <sieve/plugin/policy_api.hpp>
 #include <sieve/util/tensor.hpp>
 
@@ -37,6 +46,7 @@
 #include <vector>
 
 #include "core/dpxa_core.hpp"
+#include "cpu/deltax.hpp"
 #if SIEVE_WITH_CUDA
 #include "cuda/dpxa_select.hpp"
 #endif
@@ -70,6 +80,15 @@ class DpxaPolicy final : public sp::PolicyBase {
                        "file of `layer head tau` lines (sieve calibrate dpxa); empty: tau"),
       sp::enum_param("rows", "q_head", "q_head|kv_head",
                      "one selection row per query head, or per KV head (union of the group)"),
+      sp::enum_param("mode", "select", "select|deltax",
+                     "select: the core kernel computes the kept tiles; deltax: DeltaXAttention "
+                     "(packed K/V in most kept off-diagonal tiles; CPU only)"),
+      sp::float_param("exact_top", "0.1", 0, 1,
+                      "deltax: share of the kept off-diagonal tiles (by score) computed exactly "
+                      "besides the diagonal and sink tiles"),
+      sp::float_param("pack_threshold", "0.83", -1, 1,
+                      "deltax: a key with cosine < pack_threshold to its run's anchor becomes an "
+                      "anchor (Delta-KV's rule, per key block); in (-1, 1]"),
   };
   static constexpr sieve_policy_descriptor kDescriptor = {
       .hdr = SIEVE_HEADER_INIT(sieve_policy_descriptor),
@@ -113,6 +132,15 @@ class DpxaPolicy final : public sp::PolicyBase {
       const std::string e = sd::load_thresholds(std::string(path), g.n_layers, g.n_q_heads, t);
       if (!e.empty()) r.invalid("thresholds: ", e);
     }
+    if (p.choice("mode") == kDeltax) {
+      if (g.device.device_type != kDLCPU)
+        r.unsupported("dpxa: mode=deltax is implemented on the CPU only (the device is ",
+                      sieve::device_name(g.device), ")");
+      // At -1 the cosine rule could never start a run (cos >= -1 always): refuse it rather
+      // than silently packing each block into one key.
+      if (!(p.real("pack_threshold") > -1.0))
+        r.invalid("pack_threshold = ", p.real("pack_threshold"), " is outside (-1, 1]");
+    }
     const int64_t q_blocks = (int64_t(g.max_seq_len) + block - 1) / block + 1;
     if (int64_t(g.max_batch) * q_blocks * g.n_q_heads > INT32_MAX)
       r.unsupported("max_batch x query blocks x heads exceeds the int32 row count");
@@ -129,6 +157,9 @@ class DpxaPolicy final : public sp::PolicyBase {
     cfg_.scale = 1.0f / std::sqrt(float(g.head_dim));
     tau_ = float(p.real("tau"));
     per_kv_head_ = p.choice("rows") == 1;
+    deltax_ = p.choice("mode") == kDeltax;
+    exact_top_ = float(p.real("exact_top"));
+    pack_threshold_ = float(p.real("pack_threshold"));
     const std::string path(p.text("thresholds"));
     if (!path.empty()) {
       const std::string e = sd::load_thresholds(path, g.n_layers, g.n_q_heads, thresholds_);
@@ -148,7 +179,9 @@ class DpxaPolicy final : public sp::PolicyBase {
 #endif
     log_debug("estimator = ", sd::estimator_name(cfg_.estimator), ", block = ", cfg_.block,
               ", threshold = ", cfg_.q_threshold, ", stride = ", cfg_.stride, ", tau = ", tau_,
-              path.empty() ? "" : ", thresholds = ", path);
+              path.empty() ? "" : ", thresholds = ", path, ", mode = ", p.text("mode"),
+              deltax_ ? ", exact_top = " : "", deltax_ ? std::to_string(exact_top_) : "",
+              deltax_ ? ", pack_threshold = " : "", deltax_ ? std::to_string(pack_threshold_) : "");
   }
 
   void select(const sieve_layer_call& call, sieve_selection& selection, uint32_t&) override {
@@ -217,7 +250,146 @@ class DpxaPolicy final : public sp::PolicyBase {
     selection.n_rows = int32_t(n_rows);
   }
 
+  // attend exists in both modes (hook presence is per plugin); see the file comment.
+  void attend(const sieve_layer_call& call, const sieve_selection& selection,
+              DLTensor& out) override {
+    if (!deltax_) return core_attend(call, selection, out);
+    if (geometry().device.device_type != kDLCPU)  // refused at create; kept for safety
+      sp::fail(SIEVE_ERR_UNSUPPORTED, "dpxa: mode=deltax is implemented on the CPU only");
+    attend_deltax(call, selection, out);
+  }
+
  private:
+  // mode=select: the host's block-sparse kernel on the selection, as the layer runner calls it.
+  void core_attend(const sieve_layer_call& call, const sieve_selection& selection,
+                   DLTensor& out) const {
+    const sieve_geometry& g = geometry();
+    sieve_attention_args a{};
+    a.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
+    a.phase = call.phase;
+    a.n_q_heads = g.n_q_heads;
+    a.n_kv_heads = g.n_kv_heads;
+    a.head_dim = g.head_dim;
+    a.scale = 0.f;  // 1/sqrt(head_dim), the runner's default
+    a.q = call.q;
+    a.out = &out;
+    a.qo_indptr = call.qo_indptr;
+    a.qo_indptr_host = call.qo_indptr_host;
+    a.kv = call.kv_view;
+    a.selection = &selection;
+    a.stats = SIEVE_STATS_NONE;
+    const sieve_host_services& s = services();
+    if (!s.kernels || !s.kernels->attend)
+      sp::fail(SIEVE_ERR_UNSUPPORTED, "the host offers no core attention kernel");
+    const sieve_status st = s.kernels->attend(s.host_ctx, &a);
+    if (st != SIEVE_OK)
+      sp::fail(st, "core block-sparse attention failed: ",
+               s.kernels->last_error ? s.kernels->last_error(s.host_ctx) : "");
+  }
+
+  // mode=deltax on the CPU: per (sequence, KV head) pack every key block, then each q head's
+  // rows over the selection's kept tiles (exact or packed, cpu/deltax.cpp).
+  void attend_deltax(const sieve_layer_call& call, const sieve_selection& sel, DLTensor& out) {
+    const sieve_geometry& g = geometry();
+    const int32_t B = cfg_.block, d = g.head_dim, group = g.n_q_heads / g.n_kv_heads;
+    const int32_t H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
+    if (call.phase != SIEVE_PHASE_PREFILL)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "dpxa attends prefill only, phase is ", call.phase);
+    sp::require_struct(call.kv_view, "KV view");
+    const sieve_paged_kv& view = *call.kv_view;
+    if (call.layer != selected_layer_)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "dpxa: mode=deltax attends the tiles its own select "
+               "chose for this layer, but the last select was for layer ", selected_layer_,
+               " (this is layer ", call.layer, ")");
+    if (sel.kind != SIEVE_SEL_BLOCKS || sel.q_block != B || sel.k_block_pages != B / g.page_size ||
+        sel.heads != uint32_t(per_kv_head_ ? SIEVE_SEL_PER_KV_HEAD : SIEVE_SEL_PER_Q_HEAD) ||
+        sel.n_rows != selected_rows_)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "dpxa: mode=deltax needs its own block selection "
+               "(q_block ", B, ", ", selected_rows_, " rows); the chain's has kind ", sel.kind,
+               ", q_block ", sel.q_block, ", ", sel.n_rows, " rows");
+    check_cpu_tensors(call, view);
+    const int64_t n_q = call.qo_indptr_host[call.batch];
+    for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&out, "out"},
+                                  {&view.v_pages, "v_pages"}}) {
+      const int64_t rows = t == &out ? n_q : -1;
+      std::string e = t == &out ? sieve::check_tensor(t, what, 3, {rows, g.n_q_heads, d})
+                                : sieve::check_tensor(t, what, 4, {-1, g.n_kv_heads, g.page_size, d});
+      if (e.empty() && (!sieve::is_float_storage(t->dtype) || !sieve::is_contiguous(*t)))
+        e = std::string(what) + " must be a contiguous f32/f16/bf16 tensor";
+      if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+    }
+    const int32_t* indptr = sieve::data_ptr<const int32_t>(sel.indptr);
+    const int32_t* indices = sieve::data_ptr<const int32_t>(sel.indices);
+    const void* qbase = sieve::data_ptr<const void>(*call.q);
+    void* obase = sieve::data_ptr<void>(out);
+    // KV loads per q head, for the kv reduction: block-sparse (every kept key) and saved.
+    std::vector<double>& full = load_full_;
+    std::vector<double>& saved = load_saved_;
+    full.assign(size_t(g.n_q_heads), 0.0);
+    saved.assign(size_t(g.n_q_heads), 0.0);
+    int64_t tiles = 0, packed = 0;
+    qrow_.resize(size_t(d));
+    orow_.resize(size_t(d));
+    int32_t row0 = 0;
+    for (int32_t b = 0; b < call.batch; ++b) {
+      const int32_t n = call.kv_len_host[b], q0 = call.qo_indptr_host[b];
+      const int32_t n_new = call.qo_indptr_host[b + 1] - q0, blocks = (n_new + B - 1) / B;
+      const int64_t first_pos = int64_t(n) - n_new;
+      row_scores_.resize(size_t(std::max(n, 1)));
+      for (int32_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+        gather_pages(view, view.k_pages, b, kvh, n, k_);
+        gather_pages(view, view.v_pages, b, kvh, n, vf_);
+        sd::deltax::pack_tiles(k_.data(), n, d, B, pack_threshold_, pack_);
+        for (int32_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          for (int32_t t = 0; t < blocks; ++t) {
+            const sd::RowSpan span = sd::row_span(n, n_new, B, t);
+            const int64_t r = int64_t(row0 + t) * H + (per_kv_head_ ? kvh : h);
+            const int32_t* kept = indices + indptr[r];
+            const int32_t n_kept = indptr[r + 1] - indptr[r];
+            for (int32_t i = 0; i < n_kept; ++i)
+              if (kept[i] < 0 || kept[i] >= span.n_candidates || (i > 0 && kept[i] <= kept[i - 1]))
+                sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "selection row ", r, " entry ", i, " = ",
+                         kept[i], ": not an ascending key block in [0, ", span.n_candidates, ")");
+            exact_.resize(size_t(n_kept));
+            const float* shares = shares_.data() + share_start_[size_t(row0 + t) * g.n_q_heads + size_t(h)];
+            packed += sd::deltax::exact_tiles(kept, n_kept, span.diag_first, shares, exact_top_,
+                                              exact_.data(), rank_);
+            tiles += n_kept;
+            for (int32_t i = 0; i < n_kept; ++i) {
+              const int32_t j = kept[i], keys = std::min(B, n - j * B);
+              full[size_t(h)] += keys;
+              if (!exact_[size_t(i)])
+                saved[size_t(h)] += keys - (pack_.first[size_t(j) + 1] - pack_.first[size_t(j)]);
+            }
+            const int64_t nq = std::min<int64_t>(B, n_new - int64_t(t) * B);
+            for (int64_t i = 0; i < nq; ++i) {
+              const int64_t row = (int64_t(q0) + int64_t(t) * B + i) * g.n_q_heads + h;
+              for (int32_t x = 0; x < d; ++x)
+                qrow_[size_t(x)] = sieve::load_float(qbase, call.q->dtype, row * d + x);
+              sd::deltax::attend_row(qrow_.data(), k_.data(), vf_.data(), d, cfg_.scale, B, n,
+                                     pack_, kept, exact_.data(), n_kept,
+                                     first_pos + int64_t(t) * B + i, row_scores_.data(),
+                                     orow_.data());
+              for (int32_t x = 0; x < d; ++x)
+                sieve::store_float(obase, out.dtype, row * d + x, orow_[size_t(x)]);
+            }
+          }
+        }
+      }
+      row0 += blocks;
+    }
+    // KV reduction relative to the block-sparse kernel (the paper's f·(1 - p)), per q head.
+    double all_full = 0, all_saved = 0;
+    for (int32_t h = 0; h < g.n_q_heads; ++h) {
+      if (full[size_t(h)] > 0)
+        metric("deltax_kv_reduction", call.layer, saved[size_t(h)] / full[size_t(h)], h);
+      all_full += full[size_t(h)];
+      all_saved += saved[size_t(h)];
+    }
+    if (all_full > 0) metric("deltax_kv_reduction", call.layer, all_saved / all_full);
+    if (tiles > 0) metric("deltax_packed", call.layer, double(packed) / double(tiles));
+  }
+
   // Copy one head of the call's queries (sequence b) / of the view's keys to contiguous f32.
   void gather_q(const sieve_layer_call& call, int32_t b, int32_t h, std::vector<float>& out) const {
     const sieve_geometry& g = geometry();
@@ -232,15 +404,19 @@ class DpxaPolicy final : public sp::PolicyBase {
   }
   void gather_k(const sieve_paged_kv& view, int32_t b, int32_t kvh, int64_t kv_len,
                 std::vector<float>& out) const {
+    gather_pages(view, view.k_pages, b, kvh, kv_len, out);
+  }
+  void gather_pages(const sieve_paged_kv& view, const DLTensor& pages_t, int32_t b, int32_t kvh,
+                    int64_t kv_len, std::vector<float>& out) const {
     const sieve_geometry& g = geometry();
     const int32_t d = g.head_dim, ps = g.page_size;
     out.resize(size_t(kv_len * d));
     const int32_t* pages = sieve::data_ptr<const int32_t>(view.indices) + view.indptr_host[b];
-    const void* base = sieve::data_ptr<const void>(view.k_pages);
+    const void* base = sieve::data_ptr<const void>(pages_t);
     for (int64_t p = 0; p < kv_len; ++p) {
       const int64_t o = ((int64_t(pages[p / ps]) * g.n_kv_heads + kvh) * ps + p % ps) * d;
       for (int32_t x = 0; x < d; ++x)
-        out[size_t(p * d + x)] = sieve::load_float(base, view.k_pages.dtype, o + x);
+        out[size_t(p * d + x)] = sieve::load_float(base, pages_t.dtype, o + x);
     }
   }
 
@@ -266,6 +442,7 @@ class DpxaPolicy final : public sp::PolicyBase {
     for (auto& r : rows_) r.clear();
     int64_t kept = 0, causal = 0;
     double sampled = 0, logits = 0;
+    if (deltax_) share_offsets(call);
     int32_t row0 = 0;  // first query block of sequence b (C_b)
     for (int32_t b = 0; b < call.batch; ++b) {
       const int64_t n_new = int64_t(call.qo_indptr_host[b + 1]) - call.qo_indptr_host[b];
@@ -285,8 +462,13 @@ class DpxaPolicy final : public sp::PolicyBase {
           for (int32_t t = 0; t < blocks; ++t) {
             const sd::RowSpan& r = scores_.spans[size_t(t)];
             keep_.resize(size_t(r.n_candidates));
-            kept += sd::greedy_row(r, scores_.tiles.data() + scores_.row_start[size_t(t)], tau,
-                                   keep_.data(), greedy_);
+            const sd::TileLse* tiles = scores_.tiles.data() + scores_.row_start[size_t(t)];
+            kept += sd::greedy_row(r, tiles, tau, keep_.data(), greedy_);
+            if (deltax_) {  // this head's shares rank the kept tiles for attend
+              sd::row_shares(r, tiles, row_shares_);
+              std::copy(row_shares_.begin(), row_shares_.end(),
+                        shares_.begin() + share_start_[size_t(row0 + t) * g.n_q_heads + size_t(h)]);
+            }
             causal += r.n_candidates;
             std::vector<int32_t>& row =
                 rows_[size_t(row0 + t) * H + size_t(per_kv_head_ ? kvh : h)];
@@ -312,10 +494,29 @@ class DpxaPolicy final : public sp::PolicyBase {
     if (causal > 0) metric("dpxa_density", call.layer, double(kept) / double(causal));
     if (cfg_.estimator == sd::kDpxa && logits > 0)
       metric("dpxa_sampled", call.layer, sampled / logits);
+    if (deltax_) selected_layer_ = call.layer, selected_rows_ = n_rows;
   }
 
-  void metric(const char* name, int32_t layer, double value) const {
-    if (services().metric) services().metric(services().host_ctx, name, layer, -1, value);
+  // deltax: where each (query block, q head)'s candidate shares start in shares_ (row order of
+  // a per-q-head selection).
+  void share_offsets(const sieve_layer_call& call) {
+    const sieve_geometry& g = geometry();
+    const int32_t B = cfg_.block;
+    share_start_.clear();
+    int64_t off = 0;
+    for (int32_t b = 0; b < call.batch; ++b) {
+      const int64_t n_new = int64_t(call.qo_indptr_host[b + 1]) - call.qo_indptr_host[b];
+      for (int32_t t = 0; t * int64_t(B) < n_new; ++t) {
+        const int32_t nc = sd::row_span(call.kv_len_host[b], n_new, B, t).n_candidates;
+        for (int32_t h = 0; h < g.n_q_heads; ++h, off += nc) share_start_.push_back(off);
+      }
+    }
+    share_start_.push_back(off);
+    shares_.resize(size_t(off));
+  }
+
+  void metric(const char* name, int32_t layer, double value, int32_t head = -1) const {
+    if (services().metric) services().metric(services().host_ctx, name, layer, head, value);
   }
 
 #if SIEVE_WITH_CUDA
@@ -409,9 +610,23 @@ class DpxaPolicy final : public sp::PolicyBase {
   }
 #endif
 
+  static constexpr uint32_t kDeltax = 1;  // mode's choice index
+
   sd::Config cfg_;
   float tau_ = 0.9f;
   bool per_kv_head_ = false;
+  bool deltax_ = false;
+  float exact_top_ = 0.1f, pack_threshold_ = 0.83f;
+  // deltax: the select of this layer call left the shares attend ranks kept tiles by.
+  std::vector<float> shares_, row_shares_;
+  std::vector<int64_t> share_start_;
+  int32_t selected_layer_ = -1, selected_rows_ = -1;
+  // deltax CPU scratch (grown on the first calls, like the selection's).
+  std::vector<float> vf_, qrow_, orow_, row_scores_;
+  std::vector<uint8_t> exact_;
+  std::vector<int32_t> rank_;
+  std::vector<double> load_full_, load_saved_;
+  sd::deltax::TilePack pack_;
   sd::Thresholds thresholds_;
   // CPU scratch, grown on the first calls and reused (the CPU path's only allocations).
   std::vector<float> q_, k_;

@@ -11,6 +11,7 @@
 
 #include "sieve/reference/long_context.hpp"
 #include "sieve/reference/workload.hpp"
+#include "support/workload_call.hpp"
 
 namespace sieve::testing {
 
@@ -22,9 +23,13 @@ struct DpxaArgs {
   double tau = 0.9;
   std::string thresholds;
   std::string rows = "q_head";
+  std::string mode = "select";
+  double exact_top = 0.1;
+  double pack_threshold = 0.83;
 };
 
-// Schema order: estimator, block, threshold, stride, tau, thresholds, rows.
+// Schema order: estimator, block, threshold, stride, tau, thresholds, rows, mode, exact_top,
+// pack_threshold.
 struct DpxaValues {
   explicit DpxaValues(const DpxaArgs& a) : args(a) {
     const int64_t est = a.estimator == "dpxa" ? 0 : a.estimator == "xattn" ? 1 : 2;
@@ -35,9 +40,13 @@ struct DpxaValues {
     v[4] = {SIEVE_PARAM_FLOAT, 0, a.tau, nullptr, nullptr, 0};
     v[5] = {SIEVE_PARAM_STRING, 0, 0, args.thresholds.c_str(), nullptr, 0};
     v[6] = {SIEVE_PARAM_ENUM, a.rows == "kv_head" ? 1 : 0, 0, args.rows.c_str(), nullptr, 0};
+    v[7] = {SIEVE_PARAM_ENUM, a.mode == "deltax" ? 1 : 0, 0, args.mode.c_str(), nullptr, 0};
+    v[8] = {SIEVE_PARAM_FLOAT, 0, a.exact_top, nullptr, nullptr, 0};
+    v[9] = {SIEVE_PARAM_FLOAT, 0, a.pack_threshold, nullptr, nullptr, 0};
   }
+  static constexpr uint32_t kCount = 10;
   DpxaArgs args;
-  sieve_param_value v[7];
+  sieve_param_value v[kCount];
 };
 
 struct DpxaScenario {
@@ -60,19 +69,7 @@ struct DpxaScenario {
     g.device = kCpu;
     g.rope_theta = 10000.f;
     g.rope_dim = d;
-    call.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
-    call.layer = 1;
-    call.phase = SIEVE_PHASE_PREFILL;
-    call.batch = w.batch;
-    seq_ids.resize(size_t(w.batch));
-    for (int32_t b = 0; b < w.batch; ++b) seq_ids[size_t(b)] = b;
-    call.seq_ids = seq_ids.data();
-    call.qo_indptr = &w.qo_indptr.dl();
-    call.qo_indptr_host = w.qo_indptr.data<int32_t>();
-    call.kv_len_host = w.kv_len.data();
-    call.q = &w.q.dl();
-    call.geometry = &g;
-    call.kv_view = &w.kv;
+    call = workload_call(w, g, SIEVE_PHASE_PREFILL, 1, &seq_ids);
   }
   static reference::WorkloadSpec spec(std::vector<int32_t> kv_lens, std::vector<int32_t> n_new,
                                       int32_t ps, int32_t hq, int32_t hkv, int32_t d,

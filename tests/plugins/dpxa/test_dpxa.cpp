@@ -14,10 +14,8 @@
 #include "core/dpxa_core.hpp"
 #include "dpxa_scenario.hpp"
 #include "mocks/mock_host_services.hpp"
-#include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/conformance.hpp"
-#include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "support/chain_session.hpp"
 #include "support/host_selection.hpp"
 #include "support/layer_call.hpp"
 #include "support/plugin_library.hpp"
@@ -32,27 +30,25 @@ using Rows = std::vector<std::vector<int32_t>>;
 class Dpxa : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
+    api_ = lib_.policy();
     ASSERT_NE(api_, nullptr);
   }
   void TearDown() override {
     for (sieve_policy* p : policies_) api_->destroy(p);
     EXPECT_EQ(host_.live_allocations(), 0u);
   }
+  // Without `error` a refusal is a test failure; with it, a refusal's reason goes to *error.
   sieve_policy* create(const sieve_geometry& g, const DpxaArgs& a, std::string* error = nullptr) {
     DpxaValues v(a);
     sieve_policy* p = nullptr;
-    ReasonLog err;
-    const sieve_status s = api_->create(host_.table(), &g, v.v, 7, nullptr, nullptr, &p, err.sink());
-    if (error) *error = err.all();
-    if (s != SIEVE_OK || !p) {
-      if (!error) ADD_FAILURE() << "create = " << s << ": " << err.all();
-      return nullptr;
+    if (!error) {
+      p = create_or_fail(api_, host_.table(), g, v.v, DpxaValues::kCount);
+    } else {
+      ReasonLog err;
+      if (api_->create(host_.table(), &g, v.v, DpxaValues::kCount, nullptr, nullptr, &p, err.sink()) != SIEVE_OK) p = nullptr;
+      *error = err.all();
     }
-    policies_.push_back(p);
+    if (p) policies_.push_back(p);
     return p;
   }
   // Run select and return the rows (checks the CSR shape).
@@ -104,13 +100,19 @@ TEST_F(Dpxa, DescriptorAndSchema) {
   EXPECT_STREQ(d.name, "dpxa");
   EXPECT_EQ(d.phases, uint32_t(SIEVE_PHASE_PREFILL));
   EXPECT_EQ(d.selection_heads, uint32_t(SIEVE_SEL_PER_Q_HEAD));
-  ASSERT_EQ(api_->n_params, 7u);
-  const char* names[] = {"estimator", "block", "threshold", "stride", "tau", "thresholds", "rows"};
-  for (int i = 0; i < 7; ++i) EXPECT_STREQ(api_->params[i].name, names[i]);
+  ASSERT_EQ(api_->n_params, DpxaValues::kCount);
+  const char* names[] = {"estimator", "block", "threshold", "stride", "tau", "thresholds", "rows",
+                         "mode", "exact_top", "pack_threshold"};
+  for (uint32_t i = 0; i < DpxaValues::kCount; ++i) EXPECT_STREQ(api_->params[i].name, names[i]);
   EXPECT_STREQ(api_->params[1].default_value, "128");
   EXPECT_STREQ(api_->params[2].default_value, "0.75");
+  EXPECT_STREQ(api_->params[7].default_value, "select");
+  EXPECT_STREQ(api_->params[8].default_value, "0.1");
+  EXPECT_STREQ(api_->params[9].default_value, "0.83");
   EXPECT_NE(api_->select, nullptr);
-  EXPECT_EQ(api_->attend, nullptr);
+  // attend exists for mode=deltax (hook presence is per plugin); mode=select hands it to the
+  // core kernel (test_deltax.cpp).
+  EXPECT_NE(api_->attend, nullptr);
   EXPECT_EQ(api_->on_append, nullptr);
 }
 
@@ -395,31 +397,12 @@ TEST(LongContext, AdjacentSimilarityMatchesThePaper) {
 // Through the layer runner on similar keys (the path `sieve attn --keys similar` takes): tau = 1
 // is dense attention; a smaller tau attends less, with less true mass; hooks allocate nothing.
 TEST(DpxaChains, ThroughTheLayerRunnerOnSimilarKeys) {
-  using namespace sieve::runtime;
-  DiscoveryOptions o;
-  o.plugin_dirs = {SIEVE_PLUGIN_DIR};
-  o.use_env = false;
-  o.use_exe_dir = false;
-  o.use_install_dir = false;
-  Registry reg = Registry::discover(o);
-  SyntheticSpec s;
-  s.phase = SIEVE_PHASE_PREFILL;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 64;
-  s.page_size = 16;
-  s.context = {512};
-  s.new_tokens = 512;
-  s.timing_reps = 1;
+  using sieve::runtime::SyntheticReport;
+  const sieve::runtime::Registry reg = registry_with();
+  sieve::runtime::SyntheticSpec s = small_session(SIEVE_PHASE_PREFILL, 64, {512}, 512);
+  s.n_q_heads = 4;  // the geometry this test was tuned on (small_session has 8)
   s.similar_keys = true;
-  auto run = [&](const std::string& text) {
-    ChainSpec c;
-    std::string error;
-    EXPECT_TRUE(parse_chain_spec(text, &c, &error)) << error;
-    SyntheticReport r;
-    EXPECT_TRUE(run_synthetic(s, c, reg, &r, &error)) << text << ": " << error;
-    return r;
-  };
+  auto run = [&](const std::string& text) { return run_chain(s, text, reg); };
   const SyntheticReport all = run("prefill:*=dpxa(block=32,tau=1)");
   EXPECT_LT(all.rel_err, 1e-5);
   EXPECT_NEAR(all.attended_fraction, 1.0, 1e-9);

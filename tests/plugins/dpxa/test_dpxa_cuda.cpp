@@ -17,23 +17,13 @@
 #include "core/dpxa_tiles.hpp"
 
 #include "dpxa_scenario.hpp"
-#include "mocks/mock_host_services.hpp"
+#include "support/cuda_policy_test.hpp"
 #include "support/host_selection.hpp"
-#include "support/layer_call.hpp"
-#include "support/plugin_library.hpp"
 
 namespace {
 
 using namespace sieve::testing;
 using ::testing::_;
-using ::testing::NiceMock;
-using ::testing::Return;
-
-#define CUDA_OK(expr)                                                                  \
-  do {                                                                                 \
-    cudaError_t e_ = (expr);                                                           \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);             \
-  } while (0)
 
 constexpr DLDevice kCuda0{kDLCUDA, 0};
 
@@ -93,44 +83,12 @@ struct DeviceCall {
   sieve_layer_call call{};
 };
 
-class DpxaCuda : public ::testing::Test {
+class DpxaCuda : public CudaPolicyTest {
  protected:
-  void SetUp() override {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0)
-      GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount "
-                   << (e != cudaSuccess ? std::string("failed: ") + cudaGetErrorString(e)
-                                        : std::string("reports 0 devices"));
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
-    host_.set_device_allocator(
-        [](DLDevice, size_t bytes) -> void* {
-          void* p = nullptr;
-          return cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr;
-        },
-        [](DLDevice, void* p) { cudaFree(p); });
-    CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    ON_CALL(host_, cuda_stream()).WillByDefault(Return(static_cast<void*>(stream_)));
-  }
-  void TearDown() override {
-    if (!api_) return;
-    for (sieve_policy* p : policies_) api_->destroy(p);
-    EXPECT_EQ(host_.live_allocations(), 0u);
-    cudaStreamDestroy(stream_);
-  }
+  DpxaCuda() : CudaPolicyTest("dpxa") {}
   sieve_policy* create(const sieve_geometry& g, const DpxaArgs& a) {
     DpxaValues v(a);
-    sieve_policy* p = nullptr;
-    ReasonLog err;
-    if (api_->create(host_.table(), &g, v.v, 7, nullptr, nullptr, &p, err.sink()) != SIEVE_OK) {
-      ADD_FAILURE() << "create on " << sieve::device_name(g.device) << ": " << err.all();
-      return nullptr;
-    }
-    policies_.push_back(p);
-    return p;
+    return create_policy(g, v.v, DpxaValues::kCount);
   }
   // CUDA CSR == CPU CSR (all rows, every entry; `exact` false: see the file comment).
   void compare(DpxaScenario& sc, const DpxaArgs& a, bool exact = true) {
@@ -159,7 +117,7 @@ class DpxaCuda : public ::testing::Test {
     EXPECT_CALL(host_, alloc(_, _, _)).Times(0);  // hooks never allocate
     ASSERT_EQ(api_->select(gpu, &dc.call, &dsel, &stats), SIEVE_OK) << api_->last_error(gpu);
     ::testing::Mock::VerifyAndClearExpectations(&host_);
-    CUDA_OK(cudaStreamSynchronize(stream_));
+    SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
     EXPECT_EQ(dsel.n_rows, host_sel.sel().n_rows);
     EXPECT_EQ(dsel.heads, host_sel.sel().heads);
     EXPECT_EQ(dsel.q_block, host_sel.sel().q_block);
@@ -233,12 +191,6 @@ class DpxaCuda : public ::testing::Test {
     EXPECT_LE(differing, std::max(1, n_rows / 50)) << "rows differing from the CPU's, of " << n_rows;
     EXPECT_GT(pruned, 0) << "some row must drop a tile, or the comparison checks little";
   }
-
-  PluginLibrary lib_{"dpxa"};
-  const sieve_policy_api* api_ = nullptr;
-  NiceMock<MockHostServices> host_;
-  cudaStream_t stream_ = nullptr;
-  std::vector<sieve_policy*> policies_;
 };
 
 TEST_F(DpxaCuda, RaggedBatchMatchesTheCpuPath) {

@@ -1,0 +1,366 @@
+// dpxa mode=deltax (DeltaXAttention, paper 001 §4.2) on the CPU, through the plugin's select and
+// attend hooks with the runtime's real host services (mode=select hands attend to the core
+// kernel): exact_top = 1 is the block-sparse result; the output equals a plain f64 recomputation
+// (keys of packed tiles expanded `count` times, one dense softmax per row) on ragged GQA inputs
+// into a NaN-poisoned buffer; rows with only the sink and diagonal tiles are exact however hard
+// the packing; mode=select is the core kernel bit for bit; bad parameters and CUDA are refused.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "core/dpxa_tiles.hpp"
+#include "dpxa_scenario.hpp"
+#include "sieve/packing/pack_cpu.hpp"
+#include "sieve/runtime/conformance.hpp"
+#include "sieve/runtime/host_services.hpp"
+#include "support/host_selection.hpp"
+#include "support/layer_call.hpp"
+#include "support/plugin_library.hpp"
+
+namespace {
+
+using namespace sieve::testing;
+using ::testing::HasSubstr;
+using Rows = std::vector<std::vector<int32_t>>;
+
+class DeltaX : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    api_ = lib_.policy();
+    ASSERT_NE(api_, nullptr);
+  }
+  void TearDown() override {
+    for (sieve_policy* p : policies_) api_->destroy(p);
+  }
+  sieve_policy* create(const sieve_geometry& g, const DpxaArgs& a, std::string* error = nullptr) {
+    DpxaValues v(a);
+    sieve_policy* p = nullptr;
+    if (!error) {
+      p = create_or_fail(api_, host_.table(), g, v.v, DpxaValues::kCount);
+    } else {
+      ReasonLog err;
+      if (api_->create(host_.table(), &g, v.v, DpxaValues::kCount, nullptr, nullptr, &p,
+                       err.sink()) != SIEVE_OK)
+        p = nullptr;
+      *error = err.all();
+    }
+    if (p) policies_.push_back(p);
+    return p;
+  }
+  // select + attend of one layer call into a NaN-poisoned output; the rows selected to *rows.
+  std::vector<double> run(DpxaScenario& sc, const DpxaArgs& a, Rows* rows = nullptr) {
+    sieve_policy* p = create(sc.g, a);
+    if (!p) return {};
+    HostSelection sel(int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads, 100000);
+    uint32_t stats = 0;
+    EXPECT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(p);
+    sc.w.poison_outputs();
+    EXPECT_EQ(api_->attend(p, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_OK) << api_->last_error(p);
+    if (rows) *rows = sel.rows();
+    return workload_output(sc.w);
+  }
+  double metric_mean(const std::string& name) const {
+    for (const auto& [n, m] : host_.metrics())
+      if (n == name) return m.mean();
+    return -1;
+  }
+
+  PluginLibrary lib_{"dpxa"};
+  const sieve_policy_api* api_ = nullptr;
+  sieve::runtime::HostServices host_{sieve::kCpu};
+  std::vector<sieve_policy*> policies_;
+};
+
+double worst_rel(const std::vector<double>& got, const std::vector<double>& want) {
+  double e = 0;
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i)
+    e = std::max(e, std::isfinite(got[i]) ? std::abs(got[i] - want[i]) / (1 + std::abs(want[i]))
+                                          : INFINITY);
+  return e;
+}
+
+// ---- The plain f64 recomputation --------------------------------------------------------------
+// One output row: kept key blocks `kept` of the row; `exact[i]` for kept[i]; a packed block
+// contributes each of its anchors `count` times (the anchor's key and value repeated), an exact
+// block its keys <= pos; dense f64 softmax over that list.
+std::vector<double> plain_row(const std::vector<double>& q, const std::vector<std::vector<double>>& k,
+                              const std::vector<std::vector<double>>& v, const std::vector<uint8_t>& keep,
+                              int32_t B, const std::vector<int32_t>& kept,
+                              const std::vector<bool>& exact, int64_t pos) {
+  std::vector<int32_t> keys;  // expanded list of key positions
+  const int32_t n = int32_t(k.size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const int32_t j0 = kept[i] * B, j1 = std::min(n, j0 + B);
+    if (exact[i]) {
+      for (int32_t p = j0; p < j1 && p <= pos; ++p) keys.push_back(p);
+      continue;
+    }
+    for (int32_t p = j0; p < j1;) {  // a run: an anchor and the keys up to the next anchor
+      EXPECT_TRUE(keep[size_t(p)]) << "a run starts at an anchor";
+      int32_t e = p + 1;
+      while (e < j1 && !keep[size_t(e)]) ++e;
+      for (int32_t c = p; c < e; ++c) keys.push_back(p);
+      p = e;
+    }
+  }
+  const double scale = 1.0 / std::sqrt(double(q.size()));
+  std::vector<double> logit(keys.size()), out(q.size(), 0.0);
+  double mx = -INFINITY, z = 0;
+  for (size_t i = 0; i < keys.size(); ++i) mx = std::max(mx, logit[i] = dot64(q, k[size_t(keys[i])]) * scale);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const double w = std::exp(logit[i] - mx);
+    z += w;
+    for (size_t x = 0; x < out.size(); ++x) out[x] += w * v[size_t(keys[i])][x];
+  }
+  for (double& o : out) o /= z;
+  return out;
+}
+
+std::vector<std::vector<double>> values(const DpxaScenario& sc, int32_t b, int32_t kvh) {
+  const int32_t n = sc.w.kv_len[size_t(b)], ps = sc.g.page_size, d = sc.g.head_dim;
+  const int32_t* pages = sc.w.kv_indices.data<int32_t>() + sc.w.kv_indptr.data<int32_t>()[b];
+  std::vector<std::vector<double>> out(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(d)));
+  for (int32_t p = 0; p < n; ++p)
+    for (int32_t x = 0; x < d; ++x)
+      out[size_t(p)][size_t(x)] =
+          sc.w.v_pages.get(((int64_t(pages[p / ps]) * sc.g.n_kv_heads + kvh) * ps + p % ps) * d + x);
+  return out;
+}
+
+// The whole deltax output from the rows the plugin selected, recomputed plainly. The exact
+// off-diagonal tiles are ranked by the estimator's f64 shares (plain_shares); a row whose cut
+// falls between two shares closer than 1e-5 could rank differently in f32 and is left out
+// (counted in *ambiguous, its output NaN).
+std::vector<double> plain_deltax(const DpxaScenario& sc, const DpxaArgs& a, const Rows& rows,
+                                 int32_t* ambiguous) {
+  const int32_t B = int32_t(a.block), hq = sc.g.n_q_heads, hkv = sc.g.n_kv_heads, d = sc.g.head_dim;
+  const int32_t group = hq / hkv, H = a.rows == "kv_head" ? hkv : hq;
+  std::vector<double> out(size_t(sc.w.out.numel()), NAN);
+  *ambiguous = 0;
+  int32_t row0 = 0;
+  for (int32_t b = 0; b < sc.w.batch; ++b) {
+    const int32_t n = sc.w.kv_len[size_t(b)], n_new = sc.w.n_new[size_t(b)];
+    const int32_t q0 = sc.w.qo_indptr.data<int32_t>()[b];
+    for (int32_t kvh = 0; kvh < hkv; ++kvh) {
+      const auto k = sc.keys(b, kvh), v = values(sc, b, kvh);
+      std::vector<float> kf;
+      for (const auto& r : k) kf.insert(kf.end(), r.begin(), r.end());
+      std::vector<uint8_t> keep(static_cast<size_t>(n));
+      const sieve::packing::KeepRule rule{sieve::packing::kDelta, sieve::packing::kCos,
+                                          float(a.pack_threshold), 1.0, 0, B};
+      sieve::packing::keep_mask(rule, 0, kvh, kf.data(), n, d, keep.data());
+      for (int32_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        const auto q = sc.queries(b, h);
+        for (int32_t t = 0; t * B < n_new; ++t) {
+          const auto& kept = rows[size_t((row0 + t) * H + (H == hq ? h : kvh))];
+          const int64_t first = int64_t(n - n_new) + int64_t(t) * B;
+          const auto share = plain_shares(a.estimator, q, k, B, t, a.estimator == "xattn" ? 8 : 4,
+                                          a.threshold);
+          std::vector<bool> exact(kept.size());
+          std::vector<size_t> other;
+          for (size_t i = 0; i < kept.size(); ++i) {
+            exact[i] = kept[i] == 0 || int64_t(kept[i]) * B + B > first;  // sink or diagonal
+            if (!exact[i]) other.push_back(i);
+          }
+          std::stable_sort(other.begin(), other.end(),
+                           [&](size_t x, size_t y) { return share[size_t(kept[x])] > share[size_t(kept[y])]; });
+          const size_t top = size_t(std::ceil(a.exact_top * double(other.size()) - 1e-6));
+          for (size_t r = 0; r < top; ++r) exact[other[r]] = true;
+          if (top > 0 && top < other.size() &&
+              share[size_t(kept[other[top - 1]])] - share[size_t(kept[other[top]])] < 1e-5) {
+            ++*ambiguous;
+            continue;
+          }
+          for (int32_t i = 0; i < B && t * B + i < n_new; ++i) {
+            const auto o = plain_row(q[size_t(t * B + i)], k, v, keep, B, kept, exact, first + i);
+            for (int32_t x = 0; x < d; ++x)
+              out[(size_t(q0 + t * B + i) * hq + size_t(h)) * d + size_t(x)] = o[size_t(x)];
+          }
+        }
+      }
+    }
+    row0 += (n_new + B - 1) / B;
+  }
+  return out;
+}
+
+// ---- Tests ------------------------------------------------------------------------------------
+
+// (1) Every kept tile exact: the block-sparse result of the same selection (mode=select, i.e. the
+// core kernel), to f32 rounding; the default exact_top does pack tiles and differs.
+TEST_F(DeltaX, ExactTopOneIsTheBlockSparseResult) {
+  DpxaScenario sc({301, 230}, {301, 101}, 16, 8, 2, 32, 21);
+  DpxaArgs a;
+  a.tau = 0.8;
+  Rows rs, rd;
+  const auto select = run(sc, a, &rs);
+  a.mode = "deltax";
+  a.exact_top = 1;
+  const auto deltax = run(sc, a, &rd);
+  ASSERT_EQ(rs, rd) << "deltax keeps the tiles select keeps";
+  int64_t dropped = 0, candidates = 0;
+  for (int32_t b = 0, row = 0; b < sc.w.batch; ++b)
+    for (int32_t t = 0; t < sc.query_blocks(b, 32); ++t)
+      for (int32_t h = 0; h < sc.g.n_q_heads; ++h, ++row) {
+        const int32_t nc = sieve::dpxa::row_span(sc.w.kv_len[b], sc.w.n_new[b], 32, t).n_candidates;
+        candidates += nc;
+        dropped += nc - int32_t(rd[size_t(row)].size());
+      }
+  EXPECT_GT(dropped, 0) << "tau 0.8 must drop tiles, or this is dense attention";
+  EXPECT_LT(worst_rel(deltax, select), 2e-6);
+  EXPECT_EQ(metric_mean("deltax_kv_reduction"), 0.0) << "nothing packed at exact_top = 1";
+  a.exact_top = 0.1;
+  const auto packed = run(sc, a);
+  EXPECT_GT(worst_rel(packed, select), 1e-4) << "packed tiles must change the output";
+  EXPECT_GT(metric_mean("deltax_packed"), 0.0);
+  (void)candidates;
+}
+
+// (2) Against the plain f64 recomputation on fresh ragged inputs (lengths not multiples of the
+// block or of 128, a chunked prefill, GQA 4 and 2), every output written over NaN.
+TEST_F(DeltaX, MatchesPlainF64Recomputation) {
+  struct Case {
+    std::vector<int32_t> kv, nw;
+    int32_t hq, hkv, d;
+    uint64_t seed;
+    std::string rows;
+    double exact_top, pack;
+  };
+  const std::vector<Case> cases = {
+      {{333, 190, 45}, {333, 70, 45}, 8, 2, 64, 101, "q_head", 0.1, 0.83},
+      {{410}, {410}, 4, 2, 32, 202, "q_head", 0.3, 0.75},
+      {{275, 140}, {200, 140}, 8, 2, 32, 303, "kv_head", 0.1, 0.9},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "seed " << c.seed << " rows " << c.rows);
+    DpxaScenario sc(c.kv, c.nw, 16, c.hq, c.hkv, c.d, c.seed);
+    DpxaArgs a;
+    a.mode = "deltax";
+    a.tau = 0.85;
+    a.rows = c.rows;
+    a.exact_top = c.exact_top;
+    a.pack_threshold = c.pack;
+    host_.clear_metrics();
+    Rows rows;
+    const auto got = run(sc, a, &rows);
+    for (double x : got) ASSERT_TRUE(std::isfinite(x)) << "an output left unwritten (NaN)";
+    int32_t ambiguous = 0;
+    const auto want = plain_deltax(sc, a, rows, &ambiguous);
+    double worst = 0;
+    int64_t compared = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::isnan(want[i])) continue;
+      ++compared;
+      worst = std::max(worst, std::abs(got[i] - want[i]) / (1 + std::abs(want[i])));
+    }
+    EXPECT_LT(worst, 2e-5);
+    EXPECT_GT(compared, int64_t(want.size() * 9 / 10)) << ambiguous << " ambiguous rows";
+    const double red = metric_mean("deltax_kv_reduction");
+    EXPECT_GT(red, 0.02) << "the packing must merge keys here";
+    EXPECT_LT(red, 1.0);
+  }
+}
+
+// (3) Sink and diagonal tiles are never packed: with tau 0 a row keeps only those, so even a
+// packing that merges almost everything (pack_threshold -0.99, exact_top 0) leaves the result
+// equal to the block-sparse one; with tau 1 the same packing changes it (the check can fail).
+TEST_F(DeltaX, SinkAndDiagonalAreExact) {
+  DpxaScenario sc({290, 160}, {290, 60}, 16, 4, 2, 32, 9);
+  DpxaArgs a;
+  a.tau = 0;
+  const auto select = run(sc, a);
+  a.mode = "deltax";
+  a.exact_top = 0;
+  a.pack_threshold = -0.99;
+  const auto deltax = run(sc, a);
+  EXPECT_LT(worst_rel(deltax, select), 2e-6);
+  EXPECT_EQ(metric_mean("deltax_packed"), 0.0);
+  a.tau = 1;
+  const auto dense_packed = run(sc, a);
+  a.mode = "select";
+  EXPECT_GT(worst_rel(dense_packed, run(sc, a)), 1e-3);
+}
+
+// mode=select's attend is the core kernel on the selection, bit for bit.
+TEST_F(DeltaX, SelectModeIsTheCoreKernel) {
+  DpxaScenario sc({260, 120}, {260, 50}, 16, 4, 2, 32, 5);
+  DpxaArgs a;
+  a.tau = 0.7;
+  Rows rows;
+  const auto plugin = run(sc, a, &rows);
+  sieve::reference::SelectionRows sr;
+  for (const auto& r : rows) sr.push_back(r);
+  sc.w.set_selection(SIEVE_SEL_PER_Q_HEAD, 32, 2, sr);
+  sc.w.poison_outputs();
+  const sieve_host_services* s = host_.table();
+  ASSERT_EQ(s->kernels->attend(s->host_ctx, &sc.w.args), SIEVE_OK);
+  const auto core = workload_output(sc.w);
+  ASSERT_EQ(plugin.size(), core.size());
+  EXPECT_EQ(std::memcmp(plugin.data(), core.data(), core.size() * sizeof(double)), 0);
+}
+
+// (4) Bad parameters, CUDA, and an attend that has no select of its layer.
+TEST_F(DeltaX, BadParametersAreRefused) {
+  DpxaScenario sc({100}, {100}, 16);
+  DpxaArgs a;
+  a.mode = "deltax";
+  std::string err;
+  for (double bad : {-0.1, 1.5}) {
+    a.exact_top = bad;
+    EXPECT_EQ(create(sc.g, a, &err), nullptr);
+    EXPECT_THAT(err, HasSubstr("exact_top"));
+    EXPECT_THAT(err, HasSubstr("outside [0, 1]"));
+  }
+  a.exact_top = 0.1;
+  a.pack_threshold = -1;
+  EXPECT_EQ(create(sc.g, a, &err), nullptr);
+  EXPECT_THAT(err, HasSubstr("pack_threshold = -1 is outside (-1, 1]"));
+  a.pack_threshold = 1.01;
+  EXPECT_EQ(create(sc.g, a, &err), nullptr);
+  EXPECT_THAT(err, HasSubstr("pack_threshold"));
+  a.pack_threshold = 1;  // the upper end is allowed
+  EXPECT_NE(create(sc.g, a, &err), nullptr) << err;
+
+  // CUDA: this plugin refuses deltax there (builds without CUDA refuse the device itself).
+  sieve_geometry cuda = sc.g;
+  cuda.device = {kDLCUDA, 0};
+  DpxaValues v(a);
+  ReasonLog reasons;
+  EXPECT_NE(api_->validate(&cuda, v.v, DpxaValues::kCount, reasons.sink()), SIEVE_OK);
+  if (api_->descriptor->devices & SIEVE_DEVICE_CUDA) {
+    EXPECT_THAT(reasons.all(), HasSubstr("mode=deltax is implemented on the CPU only"));
+  }
+
+  // attend for a layer its select did not see.
+  sieve_policy* p = create(sc.g, a);
+  ASSERT_NE(p, nullptr);
+  HostSelection sel(1000, 1000);
+  uint32_t stats = 0;
+  ASSERT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(p);
+  sc.call.layer = 2;
+  EXPECT_EQ(api_->attend(p, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(api_->last_error(p), HasSubstr("last select was for layer 1"));
+}
+
+// The ABI conformance suite with mode=deltax (its CPU numeric checks run the attend hook through
+// the layer runner; the CUDA ones are expected to be refused: deltax is CPU only).
+TEST(DeltaXConform, ConformancePassesInDeltaxMode) {
+  sieve::runtime::ConformOptions o;
+  o.isolate = false;
+  o.params = {{"mode", "deltax"}};
+  const auto r = sieve::runtime::conform(std::string(SIEVE_PLUGIN_DIR) + "/libsieve_dpxa.so", o);
+  bool cpu_prefill = false;
+  for (const auto& c : r.checks) {
+    if (c.name.find("cuda") != std::string::npos) continue;
+    cpu_prefill |= c.name == "numeric_cpu_prefill" && c.passed;
+    EXPECT_TRUE(c.passed || c.skipped) << c.name << ": " << c.detail;
+  }
+  EXPECT_TRUE(cpu_prefill);
+}
+
+}  // namespace
