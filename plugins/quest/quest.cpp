@@ -213,6 +213,7 @@ class QuestPolicy final : public sp::PolicyBase {
     t.sel_indices = sieve::data_ptr<int32_t>(selection.indices);
     t.capacity = selection.capacity;
     t.stream = cuda_stream();
+    t.max_row_items = max_pages;  // sizes the top-k's shared key buffer to the longest row
     if (const char* e = sel::launch_top_k_cuda(t))
       sp::fail(SIEVE_ERR_DEVICE, "quest top-k kernel launch failed: ", e);
   }

@@ -1,7 +1,7 @@
 // core/selection's CUDA kernels against its CPU functions, bit for bit: the batched top-k (ties,
-// -inf/NaN, long rows, both score layouts), the fused min/max append (incremental over ragged
-// appends, and the catch-up recomputation) and the page bounds (per head and group max; f32,
-// f16 and bf16 pages). Skipped without a CUDA device.
+// -inf/NaN, long rows beyond the shared key buffer, many rows, both score layouts), the fused
+// min/max append (incremental over ragged appends, and the catch-up recomputation) and the page
+// bounds (per head and group max; f32, f16 and bf16 pages; both bound kernels). Skipped without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <sieve/selection/page_bound.hpp>
@@ -97,10 +97,12 @@ TEST(SelectionCuda, TopKMatchesTheCpuBitForBit) {
 }
 
 // A FakePagedKv with ragged sequences; the device mirrors its pages and page table.
-void bounds_and_append(DLDataType dtype, int32_t head_dim) {
+// Group sizes, head_dims and dtypes cover both bound kernels: the vector one (head_dim <= 128, a
+// multiple of 8, G in {1, 2, 4, 7, 8}) and the element-wise one (any other shape).
+void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8, int32_t n_kv_heads = 2) {
   sieve_geometry g = test_geometry(16, 3, 2048);
-  g.n_q_heads = 8;
-  g.n_kv_heads = 2;
+  g.n_q_heads = n_q_heads;
+  g.n_kv_heads = n_kv_heads;
   g.head_dim = head_dim;
   g.rope_dim = head_dim;
   g.kv_dtype = dtype;
@@ -154,7 +156,7 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim) {
     // Bounds: one query per sequence, q in f32 or bf16.
     for (const bool group_max : {false, true}) {
       const int32_t H = group_max ? g.n_kv_heads : g.n_q_heads;
-      sieve::HostTensor q({3, g.n_q_heads, head_dim}, round % 2 ? sieve::kBF16 : sieve::kF32);
+      sieve::HostTensor q({3, g.n_q_heads, head_dim}, round % 2 ? sieve::kBF16 : round == 4 ? sieve::kF16 : sieve::kF32);
       for (int64_t i = 0; i < q.numel(); ++i) q.set(i, n(rng));
       const std::vector<int32_t> qo = {0, 1, 2, 3};
       std::vector<float> cpu(size_t(indptr[3]) * H), scratch(size_t(g.n_q_heads + 2) * head_dim);
@@ -189,6 +191,68 @@ TEST(SelectionCuda, MinMaxAppendAndBoundsMatchTheCpuBf16) {
 TEST(SelectionCuda, MinMaxAppendAndBoundsMatchTheCpuF16OddHeadDim) {
   REQUIRE_GPU();
   bounds_and_append(sieve::kF16, 40);
+}
+TEST(SelectionCuda, BoundsMatchTheCpuOnTheElementWiseKernel) {
+  REQUIRE_GPU();
+  bounds_and_append(sieve::kBF16, 36, 6, 2);   // head_dim not a multiple of 8, G = 3
+  bounds_and_append(sieve::kF32, 256, 4, 4);   // head_dim above 128
+  bounds_and_append(sieve::kF16, 64, 40, 20);  // more KV heads than a block's 16 half-warps
+}
+TEST(SelectionCuda, BoundsMatchTheCpuOnTheVectorKernelForEveryGroupSize) {
+  REQUIRE_GPU();
+  bounds_and_append(sieve::kBF16, 128, 8, 8);   // G = 1
+  bounds_and_append(sieve::kBF16, 128, 6, 3);   // G = 2, a KV-head tile of 3
+  bounds_and_append(sieve::kBF16, 128, 28, 4);  // G = 7 (Qwen2-7B's 28 q / 4 KV heads)
+  bounds_and_append(sieve::kF32, 64, 16, 2);    // G = 8
+  bounds_and_append(sieve::kBF16, 16, 4, 1);    // lanes past head_dim hold empty partials
+}
+
+// Rows longer than the shared key buffer (read from global memory), rows sized by the
+// max_row_items hint, and more rows than the emit kernel sums itself (the scan path).
+TEST(SelectionCuda, TopKMatchesTheCpuOnLongRowsAndManyRows) {
+  REQUIRE_GPU();
+  std::mt19937 rng(77);
+  struct Case {
+    int32_t segs, H, min_len, spread, hint, k;
+  };
+  const Case cases[] = {
+      {2, 3, 26000, 3000, 0, 700},      // beyond every buffer: global-memory path
+      {3, 2, 5000, 3000, 8100, 900},    // the hint sizes the buffer
+      {2, 2, 9000, 100, 4000, 4000},    // the hint is too small: those rows go to global memory
+      {90, 50, 1, 40, 0, 7},            // 4500 rows: the one-block scan of the counts
+  };
+  for (const Case& cs : cases) {
+    std::vector<int32_t> seg = {0};
+    for (int32_t s = 0; s < cs.segs; ++s) seg.push_back(seg.back() + cs.min_len + int32_t(rng() % uint32_t(cs.spread)));
+    const int32_t nnz = seg.back(), H = cs.H;
+    std::vector<float> scores(size_t(nnz) * H);
+    std::uniform_int_distribution<int> coarse(-50, 50), special(0, 60);
+    std::normal_distribution<float> normal(0.f, 3.f);
+    for (size_t i = 0; i < scores.size(); ++i) {
+      scores[i] = (i / 7) % 2 ? float(coarse(rng)) : normal(rng);  // ties and distinct values
+      const int sp = special(rng);
+      if (sp == 0) scores[i] = -std::numeric_limits<float>::infinity();
+      if (sp == 1) scores[i] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const sel::ScoreLayout layout{1, nnz};
+    sel::TopKBatch b{scores.data(), layout, seg.data(), cs.segs, H, 1, 2, cs.k};
+    const int64_t cap = sel::top_k_capacity_needed(b);
+    std::vector<int32_t> indptr(size_t(cs.segs) * H + 1), indices(size_t(cap) + 1, -1), scratch(size_t(nnz) + 1);
+    const int64_t written = sel::top_k_batch_cpu(b, indptr.data(), indices.data(), scratch.data());
+    Dev<float> d_scores(scores);
+    Dev<int32_t> d_seg(seg), d_indptr(indptr.size()), d_indices(size_t(cap) + 1);
+    Dev<char> d_scratch(sel::top_k_cuda_scratch_bytes(int64_t(cs.segs) * H));
+    d_indptr.poison();
+    d_indices.poison();
+    sel::TopKCudaLaunch a{d_scores.p, layout, d_seg.p, cs.segs, H, b.head, b.tail, b.k,
+                          d_scratch.p, d_indptr.p, d_indices.p, cap, nullptr, cs.hint};
+    ASSERT_EQ(sel::launch_top_k_cuda(a), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(d_indptr.get(), indptr) << "segs " << cs.segs << " rows " << cs.segs * H;
+    const auto got = d_indices.get();
+    for (int64_t i = 0; i < written; ++i)
+      ASSERT_EQ(got[size_t(i)], indices[size_t(i)]) << "entry " << i << " segs " << cs.segs;
+  }
 }
 
 }  // namespace

@@ -121,7 +121,7 @@ void page_bounds_cpu(const sieve_paged_kv& view, const DLTensor& sidecar, const 
         for (int64_t g = 0; g < G; ++g) {
           const int64_t h = kh * G + g;
           const float s = page_bound(qf + h * d, mm, mm + d, int32_t(d));
-          if (group_max) group_best = g == 0 ? s : std::max(group_best, s);
+          if (group_max) group_best = group_max_step(group_best, s, g == 0);
           else scores[j * layout.item_stride + h * layout.head_stride] = s;
         }
         if (group_max) scores[j * layout.item_stride + kh * layout.head_stride] = group_best;

@@ -11,12 +11,17 @@
 // Keys are read back from the store's pages after the append, i.e. exactly as stored.
 //
 // The sum has ONE canonical order, shared by the CPU and the CUDA code so both produce the same
-// bits (and hence the same selections): lane l of 32 accumulates channels l, l + 32, ... in
-// increasing order; the lanes then combine as a butterfly (lane i += lane i + off, off = 16, 8, 4,
-// 2, 1). Each term is max(q·min, q·max) with both products rounded (no fused multiply-add).
+// bits (and hence the same selections). The channels come in chunks of 8 (kBoundChunk: one 16-byte
+// load of a 16-bit sidecar); partial p of 16 (kBoundPartials) accumulates, from 0, the channels of
+// chunks p, p + 16, p + 32, ... in increasing channel order; the partials then combine as a
+// butterfly (partial i += partial i + off, off = 8, 4, 2, 1). On the GPU a half-warp holds one
+// (page, KV head): lane p loads chunk p with one vector load and sums its 8 channels. Each step is
+// acc + max(q·min, q·max) = fma(q, q >= 0 ? max : min, acc), one rounding (bound_step). The group max (gqa_share)
+// is group_max_step over the group's heads in order, on both sides.
 #pragma once
 #include <sieve/policy.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "sieve/selection/top_k.hpp"
@@ -24,7 +29,9 @@
 namespace sieve::selection {
 
 inline constexpr const char* kMinMaxSidecar = "quest.minmax";
-inline constexpr int kBoundLanes = 32;
+inline constexpr int kBoundLanes = 32;      // (the order before 2026-11-22; kept for callers)
+inline constexpr int kBoundChunk = 8;       // channels a partial sums in a row
+inline constexpr int kBoundPartials = 16;   // partials of the canonical sum
 
 // Rounded multiply / add that no compiler fuses into an FMA (nvcc contracts by default), so the
 // device computes exactly the host's bits.
@@ -43,23 +50,42 @@ SIEVE_SELECTION_HD float add_rn(float a, float b) {
 #endif
 }
 
+// max(q·min, q·max) as one product: q >= 0 picks max, q < 0 picks min. Rounding is monotonic, so
+// for finite values this is the larger of the two rounded products (bit for bit, but for the sign
+// of a zero when both underflow); NaN q gives NaN either way.
 SIEVE_SELECTION_HD float bound_term(float q, float mn, float mx) {
-  const float a = mul_rn(q, mn);
-  const float b = mul_rn(q, mx);
-  return a > b ? a : b;
+  return mul_rn(q, q >= 0.0f ? mx : mn);
+}
+
+// One step of the canonical sum: acc + q·(q >= 0 ? max : min) with a single rounding (fused
+// multiply-add, IEEE fma on both sides: __fmaf_rn / std::fma), i.e. acc + max(q·min, q·max).
+SIEVE_SELECTION_HD float bound_step(float acc, float q, float mn, float mx) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(q, q >= 0.0f ? mx : mn, acc);
+#else
+  return std::fma(q, q >= 0.0f ? mx : mn, acc);
+#endif
+}
+
+// The running max of a group's bounds (gqa_share): the first head's bound, then any larger one.
+// Spelled out (not fmaxf / std::max) so both sides treat NaN alike.
+SIEVE_SELECTION_HD float group_max_step(float best, float s, bool first) {
+  return first ? s : (s > best ? s : best);
 }
 
 // The canonical bound on the CPU: q, mn, mx are [d] floats.
 inline float page_bound(const float* q, const float* mn, const float* mx, int32_t d) {
-  float lane[kBoundLanes];
-  for (int l = 0; l < kBoundLanes; ++l) {
+  float partial[kBoundPartials];
+  for (int p = 0; p < kBoundPartials; ++p) {
     float acc = 0.0f;
-    for (int32_t c = l; c < d; c += kBoundLanes) acc += bound_term(q[c], mn[c], mx[c]);
-    lane[l] = acc;
+    for (int32_t chunk = p; chunk * kBoundChunk < d; chunk += kBoundPartials)
+      for (int32_t c = chunk * kBoundChunk; c < d && c < (chunk + 1) * kBoundChunk; ++c)
+        acc = bound_step(acc, q[c], mn[c], mx[c]);
+    partial[p] = acc;
   }
-  for (int off = kBoundLanes / 2; off > 0; off /= 2)
-    for (int l = 0; l < off; ++l) lane[l] = lane[l] + lane[l + off];
-  return lane[0];
+  for (int off = kBoundPartials / 2; off > 0; off /= 2)
+    for (int p = 0; p < off; ++p) partial[p] = add_rn(partial[p], partial[p + off]);
+  return partial[0];
 }
 
 // ---- CPU maintenance and scoring over a call's view ----------------------------------------

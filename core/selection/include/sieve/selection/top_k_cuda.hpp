@@ -1,11 +1,12 @@
 // Batched top-k on CUDA (the layout and the rule of top_k.hpp's TopKBatch), writing a CSR
 // selection on the host's stream: same items as top_k_batch_cpu, bit for bit.
-//   kernel 1 (a block per row): count the row's finite middle scores -> kept count;
-//   kernel 2 (one block):       exclusive scan of the kept counts -> selection indptr;
-//   kernel 3 (a block per row): radix-select the k-th best order_key() of the middle, then take
-//                               every better item and the lowest-indexed ties, writing the kept
-//                               indices in ascending order (block scans keep the order).
-// No allocation and no synchronisation: the one scratch array (kept counts per row) is sized at
+//   kernel 1 (a block per row): the row's middle keys into shared memory, count the finite ones,
+//                               find the k-th best order_key() by a block-wide binary search over
+//                               the key space -> the row's plan (kept count, threshold, ties);
+//   (more than 4096 rows: one block scans the kept counts -> selection indptr);
+//   kernel 2 (a block per row): its offset (the kept counts before it), then every better item
+//                               and the lowest-indexed ties, in ascending order (one block scan).
+// No allocation and no synchronisation: the one scratch array (a plan per row) is sized at
 // create with top_k_cuda_scratch_bytes(max_rows).
 // Plain types only, so callers need no CUDA headers.
 #pragma once
@@ -28,6 +29,8 @@ struct TopKCudaLaunch {
   int32_t* sel_indices;       // device [capacity]
   int64_t capacity;           // writes past it are dropped (the host checked the total)
   void* stream;               // cudaStream_t
+  int32_t max_row_items = 0;  // optional hint: the longest row (sizes the shared key buffer;
+                              // longer rows stay correct, read from global memory). 0: unknown
 };
 
 size_t top_k_cuda_scratch_bytes(int64_t max_rows) noexcept;
