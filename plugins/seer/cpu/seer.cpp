@@ -87,6 +87,9 @@ class SeerPolicy final : public sp::PolicyBase {
       sp::int_param("token_budget", "2048", 1, INT32_MAX, "tokens attended per KV head (mode budget/oracle)"),
       sp::float_param("threshold", "0.005", 0.0, 1.0, "softmax gate score a block must exceed (mode threshold)"),
       sp::bool_param("rmsnorm", "false", "RMSNorm inside the gate (must match the weights file)"),
+      sp::bool_param("fused", "true",
+                     "CUDA: the decode step's cache update and block offsets folded into the gate query "
+                     "kernel (2 launches fewer); false: the first implementation (for comparison)"),
   };
   static constexpr sieve_policy_descriptor kDescriptor = {
       .hdr = SIEVE_HEADER_INIT(sieve_policy_descriptor),
@@ -144,7 +147,8 @@ class SeerPolicy final : public sp::PolicyBase {
         mode_(ctx.params.choice("mode")),
         token_budget_(ctx.params.integer("token_budget")),
         threshold_(float(ctx.params.real("threshold"))),
-        rmsnorm_(ctx.params.boolean("rmsnorm")) {
+        rmsnorm_(ctx.params.boolean("rmsnorm")),
+        fused_(ctx.params.boolean("fused")) {
     const sieve_geometry& g = geometry();
     block_pages_ = block_ / g.page_size;
     group_ = g.n_q_heads / g.n_kv_heads;
@@ -179,6 +183,7 @@ class SeerPolicy final : public sp::PolicyBase {
     q_group_.resize(size_t(group_ * g.head_dim));
     gate_vec_.resize(size_t(std::max(gate_dim_, 1)));
     truth_.resize(size_t(max_blocks_));
+    filled_once_.assign(size_t(g.n_layers), 0);
     logits_.reserve(size_t(g.max_seq_len));
 #if SIEVE_WITH_CUDA
     if (g.device.device_type == kDLCUDA) cuda_setup();
@@ -189,6 +194,17 @@ class SeerPolicy final : public sp::PolicyBase {
 
   void on_append(const sieve_layer_call& call, const sieve_kv_append&) override {
     if (mode_ == kOracle) return;
+#if SIEVE_WITH_CUDA
+    // A decode step's one token per sequence completes at most one block, which select's gate
+    // query kernel fills before the scores (select always follows on_append in a step; a host
+    // that only appends has its blocks filled by the next select). The layer's first call still
+    // launches the parallel fill: a decode-only chain catches up the prefill's blocks there,
+    // not one block after the other in select.
+    if (geometry().device.device_type == kDLCUDA && fused_cuda() && call.phase == SIEVE_PHASE_DECODE &&
+        one_token_each(call) && call.layer >= 0 && call.layer < geometry().n_layers &&
+        filled_once_[size_t(call.layer)])
+      return;
+#endif
     const sieve_paged_kv& view = checked_view(call);
     if (!view.k_pre_rope_pages.data)
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT,
@@ -196,7 +212,10 @@ class SeerPolicy final : public sp::PolicyBase {
                "keep_pre_rope_k = 1)");
     DLTensor side = sidecar(call.layer);
 #if SIEVE_WITH_CUDA
-    if (geometry().device.device_type == kDLCUDA) return cuda_fill_cache(call, side);
+    if (geometry().device.device_type == kDLCUDA) {
+      filled_once_[size_t(call.layer)] = 1;
+      return cuda_fill_cache(call, side);
+    }
 #endif
     fill_cache_cpu(call, view, side);
   }
@@ -269,6 +288,15 @@ class SeerPolicy final : public sp::PolicyBase {
   }
 
  private:
+  bool fused_cuda() const { return fused_ && mode_ != kOracle; }
+
+  static bool one_token_each(const sieve_layer_call& call) {
+    if (!call.qo_indptr_host) return false;
+    for (int32_t b = 0; b < call.batch; ++b)
+      if (call.qo_indptr_host[b + 1] - call.qo_indptr_host[b] != 1) return false;
+    return true;
+  }
+
   sel::TopKBatch topk_batch(int32_t batch) const {
     sel::TopKBatch t{};
     t.scores = scores_.data();
@@ -463,12 +491,14 @@ class SeerPolicy final : public sp::PolicyBase {
   int64_t token_budget_;
   float threshold_;
   bool rmsnorm_;
+  bool fused_;
   int32_t block_pages_ = 1, group_ = 1, max_blocks_ = 1, top_k_ = 0, gate_dim_ = 0;
   int32_t slot_ = -1;
   std::string sidecar_name_;
   sg::GateWeights weights_;
   std::vector<float> scores_, pooled_, q_group_, gate_vec_, truth_;
   std::vector<int32_t> block_indptr_, top_scratch_;
+  std::vector<char> filled_once_;  // per layer: a CUDA fill_cache has run (fused: later decode steps skip it)
   std::vector<double> logits_;
 };
 
@@ -556,6 +586,16 @@ void SeerPolicy::cuda_select(const sieve_layer_call& call, sieve_selection& sele
   for (int32_t b = 0; b < call.batch; ++b)
     a.max_blocks = std::max(a.max_blocks, block_indptr_[size_t(b) + 1] - block_indptr_[size_t(b)]);
   a.softmax = mode_ == kThreshold;
+  if (fused_) {  // the cache catch-up and the block offsets ride on the gate query kernel
+    const sieve_paged_kv& view = *call.kv_view;
+    if (!view.k_pre_rope_pages.data)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the KV store keeps no pre-RoPE keys (seer declares SIEVE_NEEDS_PRE_ROPE_K)");
+    a.fold_offsets = true;
+    a.catch_up = true;
+    a.k_pre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
+    a.k_elem = elem_of(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
+    a.wk = d_wk_.get<const float>() + int64_t(call.layer) * g.n_kv_heads * weights_.shape.wk_head_elems();
+  }
   auto* indptr = sieve::data_ptr<int32_t>(selection.indptr);
   auto* indices = sieve::data_ptr<int32_t>(selection.indices);
   if (mode_ == kThreshold) {  // the bound: every block of every row

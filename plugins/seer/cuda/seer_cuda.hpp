@@ -47,6 +47,14 @@ struct GateScoresLaunch {
   float* last_score;      // device scratch [batch, hkv] (threshold mode: a complete last block)
   int32_t max_blocks;     // the host's bound on blocks per sequence (grid size)
   bool softmax;
+  // fused=true: gate_query_raw also writes block_indptr (no block_offsets launch) and, with
+  // catch_up, fills the cache entries of the blocks completed since the last fill (the decode
+  // step's on_append launches nothing); k_pre / k_elem / wk as in FillCacheLaunch.
+  bool fold_offsets = false;
+  bool catch_up = false;
+  const void* k_pre = nullptr;
+  Elem k_elem = Elem::kF32;
+  const float* wk = nullptr;
 };
 const char* launch_gate_scores(const GateScoresLaunch& a) noexcept;
 

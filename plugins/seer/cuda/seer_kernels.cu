@@ -8,10 +8,15 @@
 //                below the complete-block count, skipped when its entry is already filled;
 //   block_offsets one thread: blocks per sequence -> CSR (block_indptr);
 //   gate_query_raw grid (batch, hkv, dg/8): W_q x, a warp per row (coalesced, shuffle sum);
+//                with fused=true also block_offsets' work (CTA 0) and the cache catch-up of
+//                row (b, h) (CTA (b, h, 0): the newest complete blocks not filled yet);
 //   gate_scores  grid (batch, hkv, block chunks): RMSNorm + RoPE of the query in shared memory,
 //                a thread per block: its score (the last block -inf: forced, never ranked);
 //   gate_softmax (threshold mode) grid (batch, hkv): softmax over the complete blocks;
 //   threshold_*  counts + scan (one block), then one block per row writes its list in order.
+// fused=true (the default) folds block_offsets and the decode step's cache update into
+// gate_query_raw: a decode step is then gate_query_raw, gate_scores, the top-k's 2 kernels (4
+// launches; the first implementation, fused=false, launched fill_cache and block_offsets too).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -46,6 +51,53 @@ __device__ __forceinline__ int64_t kv_len_of(const SeerCudaCommon& c, int32_t b)
   return pages > 0 ? int64_t(pages - 1) * c.page_size + c.last_page_len[b] : 0;
 }
 
+// Pools block j of (sequence, KV head h) and writes its cache entry, then its flag. Called by
+// every thread of the CTA (it synchronises); pooled [3d] and out [gate_dim] are shared memory.
+__device__ void fill_block(const SeerCudaCommon& c, const void* k_pre, Elem k_elem, const float* wk,
+                           const int32_t* pages, int32_t h, int32_t j, float* pooled, float* out) {
+  const int32_t d = c.head_dim, dg = c.gate_dim, block_pages = c.block / c.page_size;
+  float* entry = c.cache + (int64_t(pages[j * block_pages]) * c.n_kv_heads + h) * (dg + 1);
+  for (int32_t ch = threadIdx.x; ch < d; ch += blockDim.x) {
+    float mx = -INFINITY, mn = INFINITY, sum = 0.f;
+    for (int32_t t = 0; t < c.block; ++t) {
+      const int64_t tok = int64_t(j) * c.block + t;
+      const int64_t at =
+          ((int64_t(pages[tok / c.page_size]) * c.n_kv_heads + h) * c.page_size + tok % c.page_size) * d;
+      const float v = load(k_pre, k_elem, at + ch);
+      mx = v > mx ? v : mx;
+      mn = v < mn ? v : mn;
+      sum += v;
+    }
+    pooled[ch] = mx;
+    pooled[d + ch] = mn;
+    pooled[2 * d + ch] = sum / float(c.block);
+  }
+  __syncthreads();
+  const float* W = wk + int64_t(h) * dg * 3 * d;
+  for (int32_t r = threadIdx.x; r < dg; r += blockDim.x) project(W + int64_t(r) * 3 * d, pooled, 1, 3 * d, out + r);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (c.rmsnorm) rms_normalize(out, dg);
+    rope_rotate(out, dg, int64_t(j) * c.block, c.rope_theta);
+  }
+  __syncthreads();
+  for (int32_t i = threadIdx.x; i < dg; i += blockDim.x) entry[i] = out[i];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    entry[dg] = 1.f;
+  }
+  __syncthreads();  // pooled/out are reused by the next block
+}
+
+// Whether block j's entry is filled, the same answer for every thread of the CTA (one read by
+// thread 0; a barrier).
+__device__ __forceinline__ bool block_filled(const SeerCudaCommon& c, const int32_t* pages, int32_t h, int32_t j) {
+  const int32_t dg = c.gate_dim, block_pages = c.block / c.page_size;
+  return __syncthreads_or(threadIdx.x == 0 &&
+                          c.cache[(int64_t(pages[j * block_pages]) * c.n_kv_heads + h) * (dg + 1) + dg] == 1.f);
+}
+
 // One CTA per (sequence, KV head, z): the CTA's blocks are j = z, z + Z, ... below the complete
 // count. All threads test the "filled" flags at once (one memory round trip), the missing blocks
 // go to a shared list, and the CTA computes them one after the other.
@@ -56,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) fill_cache(FillCacheLaunch a) {
   float* out = sh + 3 * c.head_dim;  // [gate_dim]
   __shared__ int32_t missing[kThreads];
   __shared__ int32_t n_missing;
-  const int32_t b = blockIdx.x, h = blockIdx.y, d = c.head_dim, dg = c.gate_dim;
+  const int32_t b = blockIdx.x, h = blockIdx.y, dg = c.gate_dim;
   const int32_t complete = int32_t(kv_len_of(c, b) / c.block);
   const int32_t block_pages = c.block / c.page_size;
   const int32_t* pages = c.kv_pages + c.kv_indptr[b];
@@ -69,41 +121,7 @@ __global__ void __launch_bounds__(kThreads) fill_cache(FillCacheLaunch a) {
     if (mine < complete && entry_of(mine)[dg] != 1.f) missing[atomicAdd(&n_missing, 1)] = mine;
     __syncthreads();
     const int32_t n = n_missing;
-    for (int32_t m = 0; m < n; ++m) {
-      const int32_t j = missing[m];
-      float* entry = entry_of(j);
-      for (int32_t ch = threadIdx.x; ch < d; ch += blockDim.x) {
-        float mx = -INFINITY, mn = INFINITY, sum = 0.f;
-        for (int32_t t = 0; t < c.block; ++t) {
-          const int64_t tok = int64_t(j) * c.block + t;
-          const int64_t at =
-              ((int64_t(pages[tok / c.page_size]) * c.n_kv_heads + h) * c.page_size + tok % c.page_size) * d;
-          const float v = load(a.k_pre, a.k_elem, at + ch);
-          mx = v > mx ? v : mx;
-          mn = v < mn ? v : mn;
-          sum += v;
-        }
-        pooled[ch] = mx;
-        pooled[d + ch] = mn;
-        pooled[2 * d + ch] = sum / float(c.block);
-      }
-      __syncthreads();
-      const float* W = a.wk + int64_t(h) * dg * 3 * d;
-      for (int32_t r = threadIdx.x; r < dg; r += blockDim.x) project(W + int64_t(r) * 3 * d, pooled, 1, 3 * d, out + r);
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        if (c.rmsnorm) rms_normalize(out, dg);
-        rope_rotate(out, dg, int64_t(j) * c.block, c.rope_theta);
-      }
-      __syncthreads();
-      for (int32_t i = threadIdx.x; i < dg; i += blockDim.x) entry[i] = out[i];
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        __threadfence();
-        entry[dg] = 1.f;
-      }
-      __syncthreads();  // pooled/out are reused by the next block
-    }
+    for (int32_t m = 0; m < n; ++m) fill_block(c, a.k_pre, a.k_elem, a.wk, pages, h, missing[m], pooled, out);
   }
 }
 
@@ -119,9 +137,35 @@ __global__ void block_offsets(SeerCudaCommon c, int32_t* block_indptr) {
 
 // The raw gate query W_q x (before RMSNorm / RoPE): grid (batch, hkv, ceil(dg / 8)), a warp per
 // projection row, lanes over the group's g*d inputs (coalesced), a warp-shuffle sum.
+// Folded in (fused=true): CTA (0, 0, 0) also writes block_indptr (block_offsets' work), and CTA
+// (b, h, 0) first brings row (b, h)'s cache up to date (the decode step's on_append launches
+// nothing): from the newest complete block back to the first filled one, as on the CPU. Both
+// finish before gate_scores, the next kernel on the stream, reads them.
 __global__ void __launch_bounds__(256) gate_query_raw(GateScoresLaunch a) {
   const SeerCudaCommon& c = a.c;
   const int32_t b = blockIdx.x, h = blockIdx.y, d = c.head_dim, dg = c.gate_dim;
+  if (a.fold_offsets && b == 0 && h == 0 && blockIdx.z == 0 && threadIdx.x < 32) {
+    // Warp 0: 32 sequences' block counts at a time (parallel page-table reads), a warp scan.
+    const int32_t lane = threadIdx.x;
+    if (lane == 0) a.block_indptr[0] = 0;
+    int32_t running = 0;
+    for (int32_t base = 0; base < c.batch; base += 32) {
+      const int32_t s = base + lane;
+      int32_t v = s < c.batch ? int32_t((kv_len_of(c, s) + c.block - 1) / c.block) : 0;
+      for (int32_t o = 1; o < 32; o <<= 1) {
+        const int32_t up = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += up;
+      }
+      if (s < c.batch) a.block_indptr[s + 1] = running + v;
+      running += __shfl_sync(0xffffffffu, v, 31);
+    }
+  }
+  if (a.catch_up && blockIdx.z == 0) {
+    extern __shared__ float sh[];  // pooled [3d], out [dg]
+    const int32_t* pages = c.kv_pages + c.kv_indptr[b];
+    for (int32_t j = int32_t(kv_len_of(c, b) / c.block) - 1; j >= 0 && !block_filled(c, pages, h, j); --j)
+      fill_block(c, a.k_pre, a.k_elem, a.wk, pages, h, j, sh, sh + 3 * d);
+  }
   const int32_t g = c.n_q_heads / c.n_kv_heads, gd = g * d;
   const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t r = blockIdx.z * 8 + warp;
@@ -278,11 +322,15 @@ const char* launch_fill_cache(const FillCacheLaunch& a) noexcept {
 
 const char* launch_gate_scores(const GateScoresLaunch& a) noexcept {
   auto stream = static_cast<cudaStream_t>(a.c.stream);
-  block_offsets<<<1, 1, 0, stream>>>(a.c, a.block_indptr);
-  if (const char* e = last_launch_error()) return e;
-  if (a.c.batch == 0 || a.max_blocks <= 0) return nullptr;
+  const bool query = a.c.batch > 0 && a.max_blocks > 0;
+  if (!query || !a.fold_offsets) {
+    block_offsets<<<1, 1, 0, stream>>>(a.c, a.block_indptr);
+    if (const char* e = last_launch_error()) return e;
+  }
+  if (!query) return nullptr;  // no block anywhere: nothing to fill or score
   const unsigned b = unsigned(a.c.batch), h = unsigned(a.c.n_kv_heads);
-  gate_query_raw<<<dim3(b, h, unsigned((a.c.gate_dim + 7) / 8)), 256, 0, stream>>>(a);
+  const size_t shared = a.catch_up ? size_t(3 * a.c.head_dim + a.c.gate_dim) * sizeof(float) : 0;
+  gate_query_raw<<<dim3(b, h, unsigned((a.c.gate_dim + 7) / 8)), 256, shared, stream>>>(a);
   if (const char* e = last_launch_error()) return e;
   const unsigned chunks = unsigned((a.max_blocks + kThreads - 1) / kThreads);
   gate_scores<<<dim3(b, h, chunks), kThreads, size_t(a.c.gate_dim) * sizeof(float), stream>>>(a);

@@ -31,6 +31,7 @@ struct SeerParams {
   int64_t token_budget = 64;
   double threshold = 0.01;
   bool rmsnorm = false;
+  bool fused = true;  // CUDA budget mode: the fused gate kernels (false: split kernels + core top-k)
 };
 
 inline const char* seer_mode_name(uint32_t m) { return m == 0 ? "budget" : m == 1 ? "threshold" : "oracle"; }
@@ -43,6 +44,7 @@ inline std::vector<sieve_param_value> seer_values(const SeerParams& p) {
       {SIEVE_PARAM_INT, p.token_budget, 0, nullptr, nullptr, 0},
       {SIEVE_PARAM_FLOAT, 0, p.threshold, nullptr, nullptr, 0},
       {SIEVE_PARAM_BOOL, p.rmsnorm ? 1 : 0, 0, nullptr, nullptr, 0},
+      {SIEVE_PARAM_BOOL, p.fused ? 1 : 0, 0, nullptr, nullptr, 0},
   };
 }
 
@@ -133,9 +135,11 @@ class SeerSession {
 
   // Append n_new[i] tokens to sequence i (all layers' store entries: `layer` only), then call
   // on_append and (decode: every n_new is 1) select. Returns select's status (or on_append's).
-  // The selection is left in sel_indptr / sel_indices (host copies).
+  // The selection is left in sel_indptr / sel_indices (host copies). capture_select (CUDA): the
+  // select hook is captured into a CUDA graph on the host's stream, which is then launched (the
+  // plugin declares STATIC_SHAPES: no synchronisation or allocation inside its hooks).
   sieve_status step(int32_t layer, const std::vector<int32_t>& seq_index, const std::vector<int32_t>& n_new,
-                    uint32_t phase, bool run_select = true) {
+                    uint32_t phase, bool run_select = true, bool capture_select = false) {
     const int32_t d = g_.head_dim, hkv = g_.n_kv_heads, hq = g_.n_q_heads;
     const int32_t batch = int32_t(seq_index.size());
     std::vector<int32_t> ids, qo{0}, positions, kv_len;
@@ -223,7 +227,9 @@ class SeerSession {
     sel.indices = make_view(sel_indices.p, g_.device, kI32, 1, cshape);
     sel.capacity = capacity;
     uint32_t stats = 0;
-    if (sieve_status st = policy_api_->select(policy_, &call, &sel, &stats); st != SIEVE_OK) {
+    if (capture_select) {
+      if (sieve_status st = captured_select(call, sel, stats); st != SIEVE_OK) return st;
+    } else if (sieve_status st = policy_api_->select(policy_, &call, &sel, &stats); st != SIEVE_OK) {
       last_error_ = policy_api_->last_error(policy_);
       return st;
     }
@@ -265,6 +271,36 @@ class SeerSession {
   const std::string& last_error() const { return last_error_; }
 
  private:
+  sieve_status captured_select(const sieve_layer_call& call, sieve_selection& sel, uint32_t& stats) {
+#if SIEVE_WITH_CUDA
+    if (g_.device.device_type == kDLCUDA) {
+      auto stream = static_cast<cudaStream_t>(services_.cuda_stream());
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+      if (e != cudaSuccess) {
+        last_error_ = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(e);
+        return SIEVE_ERR_DEVICE;
+      }
+      const sieve_status st = policy_api_->select(policy_, &call, &sel, &stats);
+      if (st != SIEVE_OK) last_error_ = policy_api_->last_error(policy_);
+      e = cudaStreamEndCapture(stream, &graph);
+      if (st == SIEVE_OK && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+      if (st == SIEVE_OK && e == cudaSuccess) e = cudaGraphLaunch(exec, stream);
+      if (exec) cudaGraphExecDestroy(exec);
+      if (graph) cudaGraphDestroy(graph);
+      if (st != SIEVE_OK) return st;
+      if (e != cudaSuccess) {
+        last_error_ = std::string("CUDA graph of select: ") + cudaGetErrorString(e);
+        return SIEVE_ERR_DEVICE;
+      }
+      return SIEVE_OK;
+    }
+#endif
+    last_error_ = "capture_select needs a CUDA session";
+    return SIEVE_ERR_UNSUPPORTED;
+  }
+
   sieve_status sync() {
 #if SIEVE_WITH_CUDA
     if (g_.device.device_type == kDLCUDA) {

@@ -85,10 +85,11 @@ TEST_F(SeerCpu, DescriptorSchemaAndHooks) {
   EXPECT_EQ(api->descriptor->needs & (SIEVE_NEEDS_PRE_ROPE_K | SIEVE_NEEDS_PRE_ROPE_Q | SIEVE_NEEDS_WEIGHTS_FILE |
                                       SIEVE_NEEDS_SIDECARS),
             uint32_t(SIEVE_NEEDS_PRE_ROPE_K | SIEVE_NEEDS_PRE_ROPE_Q | SIEVE_NEEDS_WEIGHTS_FILE | SIEVE_NEEDS_SIDECARS));
-  ASSERT_EQ(api->n_params, 6u);
+  ASSERT_EQ(api->n_params, 7u);
   EXPECT_STREQ(api->params[0].name, "weights");
   EXPECT_STREQ(api->params[1].name, "block");
   EXPECT_STREQ(api->params[2].name, "mode");
+  EXPECT_STREQ(api->params[6].name, "fused");
   EXPECT_NE(api->on_append, nullptr);
   EXPECT_NE(api->select, nullptr);
   EXPECT_EQ(api->attend, nullptr);
@@ -227,6 +228,30 @@ TEST_F(SeerCpu, LastPartialBlockAlwaysSelected) {
     ASSERT_EQ(s.step(0, {a}, {1}, SIEVE_PHASE_DECODE), SIEVE_OK) << s.last_error();
     EXPECT_EQ(s.selection.k_block_pages, 2);
     for (const auto& row : s.rows) EXPECT_EQ(row, std::vector<int32_t>{6});  // tokens 192..202 -> block 6
+  }
+}
+
+// Equal scores (W_q = 0: the gate query is zero): the top-k takes the lowest-indexed blocks (the
+// rule the CUDA radix select reproduces; test_seer_cuda checks both against this expectation).
+TEST_F(SeerCpu, TiesTakeTheLowestBlocks) {
+  for (int64_t budget : {32, 128, 4096}) {
+    SeerParams p;
+    p.block = 32;
+    p.token_budget = budget;
+    sg::GateWeights w = sg::random_gate(seer_shape(g_, 32, 8, false), 5);
+    std::fill(w.wq.begin(), w.wq.end(), 0.f);
+    p.weights = temp_path("ties");
+    sg::write_gate(p.weights, w);
+    SeerSession s(g_, p);
+    ASSERT_TRUE(s.ok()) << s.create_error();
+    const int32_t a = s.add_sequence();
+    ASSERT_EQ(s.step(0, {a}, {300}, SIEVE_PHASE_PREFILL), SIEVE_OK);
+    ASSERT_EQ(s.step(0, {a}, {1}, SIEVE_PHASE_DECODE), SIEVE_OK) << s.last_error();
+    const int32_t nb = (301 + 31) / 32, k = int32_t(budget / 32 - 1);
+    std::vector<int32_t> want;
+    for (int32_t j = 0; j < (nb <= 1 + k ? nb - 1 : k); ++j) want.push_back(j);
+    want.push_back(nb - 1);
+    for (const auto& row : s.rows) EXPECT_EQ(row, want) << "budget " << budget;
   }
 }
 
