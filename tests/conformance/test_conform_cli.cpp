@@ -2,36 +2,24 @@
 // (sieve.conform/1), every check name documented in docs/conformance.md, --param and --geometry.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 
+#include "../plugins/support/run_command.hpp"
+
 namespace {
 
 using ::testing::HasSubstr;
 
-struct CliResult {
-  int status = -1;
-  std::string out;
-};
+using CliResult = sieve::testing::CommandResult;
 
 CliResult conform(const std::string& args, bool merge_stderr = true) {
-  const std::string cmd = std::string(SIEVE_BIN_DIR) + "/sieve-conform " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  CliResult r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  return sieve::testing::run_command(std::string(SIEVE_BIN_DIR) + "/sieve-conform " + args +
+                                     (merge_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 std::string fixture(const std::string& name) { return std::string(SIEVE_FIXTURE_DIR) + "/libsieve_" + name + ".so"; }

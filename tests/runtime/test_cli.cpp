@@ -4,14 +4,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "../plugins/support/run_command.hpp"
 #include "runtime_test_util.hpp"
 
 using sieve::test::fixture;
@@ -20,23 +18,11 @@ using ::testing::Not;
 
 namespace {
 
-struct CliRun {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
+using CliRun = sieve::testing::CommandResult;
 
 CliRun sieve_cli(const std::string& args, bool merge_stderr = true,
                  std::string bin = std::string(SIEVE_BIN_DIR) + "/sieve") {
-  CliRun r;
-  std::string cmd = "'" + bin + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  return sieve::testing::run_command("'" + bin + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 class Cli : public ::testing::Test {

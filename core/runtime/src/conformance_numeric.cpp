@@ -71,6 +71,25 @@ std::vector<Config> configs(const sieve_policy_descriptor& d, uint32_t phase, co
   return out;
 }
 
+// A plugin may decline a parameter combination on one device (validate answers
+// SIEVE_ERR_UNSUPPORTED, e.g. a mode implemented on the CPU only): that device's numeric check is
+// then skipped with the plugin's own reason, not failed. Returns the reason, or "" when accepted.
+std::string declined_on(const LoadedPlugin& plugin, DLDevice device, const ConformOptions& options) {
+  const sieve_policy_api& api = *plugin.policy();
+  ParamValues values;
+  std::vector<std::string> errors;
+  if (!api.validate || !parse_params(ParamSchema::of(api), options.params, &values, &errors)) return "";
+  sieve_geometry g = declared_geometry(*plugin.descriptor(), options.geometry);
+  g.device = device;
+  std::string reason;
+  sieve_reason_sink sink{&reason, [](void* c, const char* m) {
+                           auto& r = *static_cast<std::string*>(c);
+                           if (m && *m) r += (r.empty() ? "" : "; ") + std::string(m);
+                         }};
+  if (api.validate(&g, values.data(), values.size(), sink) != SIEVE_ERR_UNSUPPORTED) return "";
+  return reason.empty() ? "validate answered SIEVE_ERR_UNSUPPORTED" : reason;
+}
+
 std::string config_name(const Config& c) {
   return "hq " + std::to_string(c.hq) + "/hkv " + std::to_string(c.hkv) + ", d " + std::to_string(c.d) +
          ", page " + std::to_string(c.page) + ", " + dtype_name(c.dtype);
@@ -84,6 +103,10 @@ void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevi
   const auto cfgs = configs(desc, phase, options.geometry);
   if (cfgs.empty()) {
     report->skip(name, "no declared head dim among 8/64/128 or page size among 16/32/64");
+    return;
+  }
+  if (const std::string why = declined_on(plugin, device, options); !why.empty()) {
+    report->skip(name, "the plugin declines these parameters on this device: " + why);
     return;
   }
   ChainSpec chain;

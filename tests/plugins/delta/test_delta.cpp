@@ -41,27 +41,16 @@ struct DeltaPass {
 class Delta : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
+    api_ = lib_.policy();
     ASSERT_NE(api_, nullptr);
   }
   void TearDown() override {
     for (sieve_policy* p : policies_) api_->destroy(p);
     EXPECT_EQ(host_.live_allocations(), 0u);
   }
-  sieve_policy* create(const sieve_geometry& g, DeltaParams params,
-                       sieve_kv_store* kv = nullptr, const sieve_kv_store_api* kv_api = nullptr) {
-    sieve_policy* p = nullptr;
-    ReasonLog err;
-    const sieve_status s = api_->create(host_.table(), &g, params.values(), DeltaParams::kCount,
-                                        kv, kv_api, &p, err.sink());
-    if (s != SIEVE_OK || !p) {
-      ADD_FAILURE() << "create = " << s << ": " << err.all();
-      return nullptr;
-    }
-    policies_.push_back(p);
+  sieve_policy* create(const sieve_geometry& g, DeltaParams params) {
+    sieve_policy* p = create_or_fail(api_, host_.table(), g, params.values(), DeltaParams::kCount);
+    if (p) policies_.push_back(p);
     return p;
   }
   std::vector<std::string> reasons(const sieve_geometry& g, DeltaParams params,
@@ -294,8 +283,15 @@ TEST_F(Delta, SparseLayersReadOnlySelectedPages) {
   DeltaParams params;
   params.token_budget = 32;
   params.recent = 5;
-  sieve_policy* p = create(sc.geometry, params, store.handle(), store.api());
+  // The one policy created with a KV store (create_or_fail gives it none).
+  sieve_policy* p = nullptr;
+  ReasonLog err;
+  ASSERT_EQ(api_->create(host_.table(), &sc.geometry, params.values(), DeltaParams::kCount, store.handle(),
+                         store.api(), &p, err.sink()),
+            SIEVE_OK)
+      << err.all();
   ASSERT_NE(p, nullptr);
+  policies_.push_back(p);
   EXPECT_CALL(host_, alloc).Times(0);
   auto c2 = sc.call(2);
   run_select_layer(p, *c2, SIEVE_STATS_PAGE_MASS_ALL_HEADS);

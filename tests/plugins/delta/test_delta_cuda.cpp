@@ -8,22 +8,12 @@
 #include <gtest/gtest.h>
 
 #include "delta/delta_scenario.hpp"
-#include "mocks/mock_host_services.hpp"
+#include "support/cuda_policy_test.hpp"
 #include "support/host_selection.hpp"
-#include "support/plugin_library.hpp"
 
 namespace {
 
 using namespace sieve::testing;
-using ::testing::_;
-using ::testing::NiceMock;
-using ::testing::Return;
-
-#define CUDA_OK(expr)                                                      \
-  do {                                                                     \
-    cudaError_t e_ = (expr);                                               \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
-  } while (0)
 
 constexpr DLDevice kCuda0{kDLCUDA, 0};
 
@@ -97,44 +87,11 @@ struct DeviceSelection {
   sieve_selection sel{};
 };
 
-class DeltaCuda : public ::testing::Test {
+class DeltaCuda : public CudaPolicyTest {
  protected:
-  void SetUp() override {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0)
-      GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount "
-                   << (e != cudaSuccess ? std::string("failed: ") + cudaGetErrorString(e)
-                                        : std::string("reports 0 devices"));
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
-    host_.set_device_allocator(
-        [](DLDevice, size_t bytes) -> void* {
-          void* p = nullptr;
-          return cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr;
-        },
-        [](DLDevice, void* p) { cudaFree(p); });
-    CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    ON_CALL(host_, cuda_stream()).WillByDefault(Return(static_cast<void*>(stream_)));
-  }
-  void TearDown() override {
-    if (!api_) return;
-    for (sieve_policy* p : policies_) api_->destroy(p);
-    EXPECT_EQ(host_.live_allocations(), 0u);
-    cudaStreamDestroy(stream_);
-  }
+  DeltaCuda() : CudaPolicyTest("delta") {}
   sieve_policy* create(const sieve_geometry& g, DeltaParams params) {
-    sieve_policy* p = nullptr;
-    ReasonLog err;
-    if (api_->create(host_.table(), &g, params.values(), DeltaParams::kCount, nullptr, nullptr, &p,
-                     err.sink()) != SIEVE_OK) {
-      ADD_FAILURE() << "create on " << sieve::device_name(g.device) << ": " << err.all();
-      return nullptr;
-    }
-    policies_.push_back(p);
-    return p;
+    return create_policy(g, params.values(), DeltaParams::kCount);
   }
   static sieve_attention_stats stats_of(float* data, DLDevice dev, int64_t* shape, uint32_t request) {
     sieve_attention_stats st{};
@@ -176,7 +133,7 @@ class DeltaCuda : public ::testing::Test {
     DeviceSelection dev_sel(rows + 2, cap);
     ASSERT_EQ(api_->select(cpu, c3->get(), host_sel.get(), &stats), SIEVE_OK) << api_->last_error(cpu);
     ASSERT_EQ(api_->select(gpu, &d3.call, &dev_sel.sel, &stats), SIEVE_OK) << api_->last_error(gpu);
-    CUDA_OK(cudaStreamSynchronize(stream_));
+    SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
     EXPECT_EQ(dev_sel.sel.kind, host_sel.sel().kind);
     EXPECT_EQ(dev_sel.sel.heads, host_sel.sel().heads);
     ASSERT_EQ(dev_sel.sel.n_rows, host_sel.sel().n_rows);
@@ -194,12 +151,6 @@ class DeltaCuda : public ::testing::Test {
         EXPECT_EQ(host_sel.rows()[b * size_t(H) + size_t(h)], expected) << "sequence " << b;
       }
   }
-
-  PluginLibrary lib_{"delta"};
-  const sieve_policy_api* api_ = nullptr;
-  NiceMock<MockHostServices> host_;
-  cudaStream_t stream_ = nullptr;
-  std::vector<sieve_policy*> policies_;
 };
 
 TEST_F(DeltaCuda, SamePagesAsTheCpuPath) {
@@ -249,7 +200,7 @@ TEST_F(DeltaCuda, HooksNeitherAllocateNorFree) {
     auto c3 = sc.call(3);
     DeviceCall d3(*c3);
     ASSERT_EQ(api_->select(p, &d3.call, &sel.sel, &stats), SIEVE_OK) << api_->last_error(p);
-    CUDA_OK(cudaStreamSynchronize(stream_));
+    SIEVE_CUDA_OK(cudaStreamSynchronize(stream_));
   }
   ::testing::Mock::VerifyAndClearExpectations(&host_);
 }

@@ -6,16 +6,14 @@
 // device-to-device copies together. And `sieve calibrate delta` (when the CLI was built).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "../support/chain_session.hpp"
+#include "../support/run_command.hpp"
 #include "model_files.hpp"
 #include "sieve/model/fidelity_eval.hpp"
-#include "sieve/model/llama2c.hpp"
 #include "sieve/model/tokenizer.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/registry.hpp"
@@ -24,20 +22,10 @@ using namespace sieve;
 
 namespace {
 
-const model::ModelWeights& stories() {
-  static const model::ModelWeights w = model::load_llama2c(test::default_model_path());
-  return w;
-}
+using test::stories;
 
 runtime::Registry& plugins() {
-  static runtime::Registry r = [] {
-    runtime::DiscoveryOptions d;
-    d.plugin_dirs = {SIEVE_PLUGIN_DIR};
-    d.use_env = false;
-    d.use_exe_dir = false;
-    d.use_install_dir = false;
-    return runtime::Registry::discover(d);
-  }();
+  static runtime::Registry r = sieve::testing::registry_with();
   return r;
 }
 
@@ -106,26 +94,14 @@ TEST(DeltaModel, CudaMatchesTheCpu) {
   }
 }
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-};
-CliRun sieve_cli(const std::string& args) {
-  CliRun r;
-  FILE* p = ::popen((std::string(SIEVE_BIN_DIR) + "/sieve " + args + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+sieve::testing::CommandResult sieve_cli(const std::string& args) {
+  return sieve::testing::run_command(std::string(SIEVE_BIN_DIR) + "/sieve " + args + " 2>&1");
 }
 
 TEST(DeltaCalibrate, PrintsPerLayerShiftsAndSuggestsDeltaLayers) {
   if (!std::filesystem::exists(std::string(SIEVE_BIN_DIR) + "/sieve"))
     GTEST_SKIP() << "the sieve executable was not built (no Boost.program_options)";
-  const CliRun r = sieve_cli("calibrate delta --steps 40 --select 2 --json");
+  const auto r = sieve_cli("calibrate delta --steps 40 --select 2 --json");
   ASSERT_EQ(r.status, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["layers"].size(), 5u);
@@ -143,7 +119,7 @@ TEST(DeltaCalibrate, PrintsPerLayerShiftsAndSuggestsDeltaLayers) {
   }
   EXPECT_THAT(j["chain_file"].get<std::string>(), ::testing::HasSubstr("decode:*=delta@d"));
   EXPECT_EQ(sieve_cli("calibrate nosuch").status, 2);
-  const CliRun bad = sieve_cli("calibrate delta --token-budget 100");
+  const auto bad = sieve_cli("calibrate delta --token-budget 100");
   EXPECT_EQ(bad.status, 2);
   EXPECT_THAT(bad.out, ::testing::HasSubstr("must be a multiple of the page size"));
 }

@@ -37,10 +37,8 @@ struct RaasParams {
 class Raas : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(lib_.loaded()) << lib_.path() << ": " << lib_.error();
-    const sieve_plugin* plugin = lib_.negotiate();
-    ASSERT_NE(plugin, nullptr);
-    api_ = plugin->policy;
+    api_ = lib_.policy();
+    ASSERT_NE(api_, nullptr);
     fake_ = std::make_unique<FakePagedKv>(test_kv_config(g_, 256));
     store_.delegate_to(*fake_);
     ids_.assign(1, -1);

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 #include <sieve/kv/paged_store.hpp>
 #include <sieve/runtime/chain_spec.hpp>
-#include <sieve/runtime/discovery.hpp>
 #include <sieve/runtime/host_services.hpp>
 #include <sieve/runtime/layer_runner.hpp>
 #include <sieve/runtime/registry.hpp>
@@ -21,6 +20,9 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "../support/chain_session.hpp"
+#include "../support/cuda_device.hpp"
 
 namespace {
 
@@ -47,14 +49,7 @@ sieve_geometry geometry(DLDataType dtype, DLDevice device) {
 }
 
 Registry& registry() {
-  static Registry reg = [] {
-    DiscoveryOptions o;
-    o.plugin_dirs = {SIEVE_PLUGIN_DIR};
-    o.use_env = false;
-    o.use_exe_dir = false;
-    o.use_install_dir = false;
-    return Registry::discover(o);
-  }();
+  static Registry reg = sieve::testing::registry_with();
   return reg;
 }
 
@@ -87,9 +82,7 @@ struct Side {
   Side(DLDevice dev, DLDataType dtype, const std::string& chain) : device(dev) {
     services = std::make_unique<HostServices>(dev);
     const sieve_geometry g = geometry(dtype, dev);
-    ChainSpec spec;
-    std::string error;
-    EXPECT_TRUE(parse_chain_spec(chain, &spec, &error)) << error;
+    const ChainSpec spec = sieve::testing::parse_chain(chain);
     ResolvedChains chains;
     std::vector<std::string> errors;
     EXPECT_TRUE(resolve_chains(spec, registry(), g, &chains, &errors))
@@ -201,11 +194,7 @@ struct Case {
 class RaasCuda : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      cudaGetLastError();
-      GTEST_SKIP() << "no CUDA device: raas's CUDA path is not exercised";
-    }
+    if (const std::string why = sieve::testing::cuda_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   }
 };
 
@@ -272,9 +261,7 @@ TEST_P(RaasCuda, StampsAndEvictsTheSamePagesAsTheCpu) {
 TEST(RaasCudaDescriptor, AcceptsACudaGeometryButNotPrefillQuestThere) {
   const sieve_geometry g = geometry(sieve::kBF16, DLDevice{kDLCUDA, 0});
   auto resolve = [&](const std::string& text, std::vector<std::string>* errors) {
-    ChainSpec spec;
-    std::string error;
-    EXPECT_TRUE(parse_chain_spec(text, &spec, &error)) << error;
+    const ChainSpec spec = sieve::testing::parse_chain(text);
     ResolvedChains chains;
     return resolve_chains(spec, registry(), g, &chains, errors);
   };
