@@ -60,13 +60,16 @@ class Runner:
             if not os.access(tool, os.X_OK):
                 sys.exit(f"sieve_report: {tool} not found: build the project first (cmake --build {build})")
 
-    def run(self, args, what):
+    def run(self, args, what, env=None):
         shown = " ".join(shlex.quote(a) for a in [os.path.relpath(args[0], SOURCE)] + args[1:])
+        if env:
+            shown = " ".join(f"{k}={v}" for k, v in env.items()) + " " + shown
         if self.verbose:
             print(f"  $ {shown}", file=sys.stderr)
         t0 = time.time()
         shown = shown.replace(SOURCE + "/", "")  # commands as run from the source tree
-        p = subprocess.run(args, capture_output=True, text=True, cwd=SOURCE)
+        p = subprocess.run(args, capture_output=True, text=True, cwd=SOURCE,
+                           env=dict(os.environ, **env) if env else None)
         if p.returncode != 0:
             line = (p.stderr.strip() or p.stdout.strip()).splitlines()
             raise RuntimeError(f"{what}: `{shown}` exited {p.returncode}: {line[-1] if line else ''}")
@@ -168,6 +171,8 @@ def kept_fraction(attended, metrics):
     keys instead of skipping them (Delta-KV reports kv_reduction) the fraction of keys it keeps."""
     if "kv_reduction" in metrics:
         return 1.0 - metrics["kv_reduction"]["mean"]
+    if "deltax_kv_reduction" in metrics:  # DeltaXAttention: its kept tiles, some of them packed
+        return attended * (1.0 - metrics["deltax_kv_reduction"]["mean"])
     return attended
 
 
@@ -199,7 +204,7 @@ def prefill_real(r, cfg, prof, available, out_dir, notes):
     for ax, t in zip(axes, ["prefill attention recall", "prefill output rel. error",
                             "KL of the decode that follows"]):
         ax.set_title(t, fontsize=9)
-        ax.set_xlabel("attended fraction of causal keys (Delta-KV: keys kept)")
+        ax.set_xlabel("attended fraction of causal keys (Delta-KV, deltax: keys loaded)")
     axes[1].set_yscale("log")
     axes[2].set_yscale("log")
     axes[0].legend(fontsize=7)
@@ -246,7 +251,7 @@ def prefill_synthetic(r, cfg, prof, available, out_dir, notes, keys_option):
     axes[1].set_title("output rel. error vs f64 dense", fontsize=9)
     axes[1].set_yscale("log")
     for ax in axes:
-        ax.set_xlabel("attended fraction of causal keys (Delta-KV: keys kept)")
+        ax.set_xlabel("attended fraction of causal keys (Delta-KV, deltax: keys loaded)")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "prefill_synthetic.png"), dpi=110)
@@ -318,7 +323,9 @@ def speed_cpu(r, cfg, prof, available, out_dir, notes):
             "--ctx", b["ctx"], "--batch", b["batch"], f"--json={policy_json}"] + chains
     pts = {}
     try:
-        _, cmd, _ = r.run(args, "CPU policy benchmark")
+        # One thread: timings of a shared 2-core machine stay comparable (no OpenMP barrier waiting
+        # on a descheduled thread), as docs/results/policy-step-cpu.md measures.
+        _, cmd, _ = r.run(args, "CPU policy benchmark", env={"OMP_NUM_THREADS": "1"})
         commands.append(cmd)
         pj = json.load(open(policy_json))
         for c in policy_records(pj):
@@ -553,7 +560,9 @@ def write_report(a):
         "*resident KV* = the policy's resident KV bytes / dense's. Two caveats: recall is measured over the "
         "keys still resident, so for RaaS (which evicts) it reads 1 and the loss shows in KL and agreement; "
         "Delta-KV replaces the attention instead of selecting keys, so its recall/attended read 1 and its x "
-        "value is the fraction of keys it keeps (1 − kv_reduction); its output error is the real measure.",
+        "value is the fraction of keys it keeps (1 − kv_reduction); its output error is the real measure. "
+        "DPXA `mode=deltax` attends its kept tiles, some over packed keys: its x value is attended × "
+        "(1 − deltax_kv_reduction), the keys it loads.",
         "",
         SECTIONS[0], "",
         f"Decode with every layer's decode chain as listed (prefill dense), {prof['decode_steps']} positions per "
