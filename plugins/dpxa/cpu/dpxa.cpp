@@ -19,10 +19,12 @@
 // masks); rows=kv_head: one per KV head, the union of its group's masks (the core kernel then
 // shares each K/V tile across the group). The core block-sparse prefill kernel computes the tiles.
 //
-// mode=deltax (DeltaXAttention, §4.2; CPU only): the same kept tiles, but attend computes them
-// itself: the diagonal tiles, the sink and the `exact_top` highest-share other kept tiles exactly,
-// every other kept tile over its Delta-KV packed keys (per key block, cosine `pack_threshold`)
-// with ln(count) added to the logit, all in one softmax per query row (cpu/deltax.cpp).
+// mode=deltax (DeltaXAttention, §4.2): the same kept tiles, but attend computes them itself: the
+// diagonal tiles, the sink and the `exact_top` highest-share other kept tiles exactly, every other
+// kept tile over its Delta-KV packed keys (per key block, cosine `pack_threshold`) with ln(count)
+// added to the logit, all in one softmax per query row. CPU: cpu/deltax.cpp. CUDA: the select also
+// keeps the shares on the device and ranks the exact tiles there (dpxa_select.cu), attend packs
+// each sequence's key blocks (core/packing's block_pack.cu) and runs cuda/deltax_attend.cu.
 //
 // Hooks: select (prefill), attend. A hook's presence is fixed per plugin, not per instance, so
 // attend exists in both modes; mode=select hands the call to the host's core block-sparse kernel
@@ -33,8 +35,9 @@
 // scored on tensor cores (f32 sums in the tensor core's order), which can flip a tile whose share
 // ties another's, or τ, to ~1e-6 (docs/methods/dpxa.md).
 // Host services: alloc/free, cuda_stream, log, kernels->attend (mode=select), metric
-// ("dpxa_density": kept / causal tiles, "dpxa_sampled": sampled logits / causal logits, CPU only;
-// mode=deltax: "deltax_kv_reduction" per q head and layer, "deltax_packed" per layer).
+// ("dpxa_density": kept / causal tiles, "dpxa_sampled": sampled logits / causal logits; mode=deltax:
+// "deltax_kv_reduction" per q head and layer, "deltax_packed" per layer; all CPU only: on CUDA
+// they would need a stream synchronisation per layer).
 #include <sieve/plugin/policy_api.hpp>
 #include <sieve/util/tensor.hpp>
 
@@ -48,7 +51,9 @@
 #include "core/dpxa_core.hpp"
 #include "cpu/deltax.hpp"
 #if SIEVE_WITH_CUDA
+#include "cuda/deltax_attend.hpp"
 #include "cuda/dpxa_select.hpp"
+#include "sieve/packing/block_pack_cuda.hpp"
 #endif
 
 namespace {
@@ -82,7 +87,7 @@ class DpxaPolicy final : public sp::PolicyBase {
                      "one selection row per query head, or per KV head (union of the group)"),
       sp::enum_param("mode", "select", "select|deltax",
                      "select: the core kernel computes the kept tiles; deltax: DeltaXAttention "
-                     "(packed K/V in most kept off-diagonal tiles; CPU only)"),
+                     "(packed K/V in most kept off-diagonal tiles)"),
       sp::float_param("exact_top", "0.1", 0, 1,
                       "deltax: share of the kept off-diagonal tiles (by score) computed exactly "
                       "besides the diagonal and sink tiles"),
@@ -133,9 +138,6 @@ class DpxaPolicy final : public sp::PolicyBase {
       if (!e.empty()) r.invalid("thresholds: ", e);
     }
     if (p.choice("mode") == kDeltax) {
-      if (g.device.device_type != kDLCPU)
-        r.unsupported("dpxa: mode=deltax is implemented on the CPU only (the device is ",
-                      sieve::device_name(g.device), ")");
       // At -1 the cosine rule could never start a run (cos >= -1 always): refuse it rather
       // than silently packing each block into one key.
       if (!(p.real("pack_threshold") > -1.0))
@@ -175,6 +177,17 @@ class DpxaPolicy final : public sp::PolicyBase {
       tiles_d_ = allocate(g.device, z.tiles);
       keep_d_ = allocate(g.device, z.keep);
       row_counts_d_ = allocate(g.device, z.row_counts);
+      if (deltax_) {
+        // What select leaves for attend: the shares of one sequence (ranked before the next
+        // sequence's select), the exact bits of the whole batch, and one sequence's packing.
+        const int64_t blocks = (int64_t(g.max_seq_len) + cfg_.block - 1) / cfg_.block;
+        exact_words_ = int32_t((blocks + 31) / 32);
+        shares_d_ = allocate(g.device, z.tiles / 2);  // (m, s) pairs -> one float
+        exact_bits_d_ = allocate(g.device, size_t(g.max_batch) * size_t(blocks) * size_t(g.n_q_heads) *
+                                               size_t(exact_words_) * 4);
+        anchor_off_d_ = allocate(g.device, size_t(g.n_kv_heads) * size_t(blocks) * size_t(cfg_.block));
+        n_anchors_d_ = allocate(g.device, size_t(g.n_kv_heads) * size_t(blocks) * 4);
+      }
     }
 #endif
     log_debug("estimator = ", sd::estimator_name(cfg_.estimator), ", block = ", cfg_.block,
@@ -242,6 +255,7 @@ class DpxaPolicy final : public sp::PolicyBase {
       // hold the worst case (every candidate kept).
       sp::check_selection_storage(selection, n_rows, worst_nnz, g.device);
       select_cuda(call, view, selection, int32_t(n_rows));
+      if (deltax_) selected_layer_ = call.layer, selected_rows_ = int32_t(n_rows);
     }
     selection.kind = SIEVE_SEL_BLOCKS;
     selection.heads = per_kv_head_ ? SIEVE_SEL_PER_KV_HEAD : SIEVE_SEL_PER_Q_HEAD;
@@ -254,9 +268,9 @@ class DpxaPolicy final : public sp::PolicyBase {
   void attend(const sieve_layer_call& call, const sieve_selection& selection,
               DLTensor& out) override {
     if (!deltax_) return core_attend(call, selection, out);
-    if (geometry().device.device_type != kDLCPU)  // refused at create; kept for safety
-      sp::fail(SIEVE_ERR_UNSUPPORTED, "dpxa: mode=deltax is implemented on the CPU only");
-    attend_deltax(call, selection, out);
+    check_deltax_call(call, selection);
+    if (geometry().device.device_type == kDLCPU) attend_deltax(call, selection, out);
+    else attend_deltax_cuda(call, selection, out);
   }
 
  private:
@@ -287,16 +301,13 @@ class DpxaPolicy final : public sp::PolicyBase {
                s.kernels->last_error ? s.kernels->last_error(s.host_ctx) : "");
   }
 
-  // mode=deltax on the CPU: per (sequence, KV head) pack every key block, then each q head's
-  // rows over the selection's kept tiles (exact or packed, cpu/deltax.cpp).
-  void attend_deltax(const sieve_layer_call& call, const sieve_selection& sel, DLTensor& out) {
+  // mode=deltax, both devices: the selection must be this instance's own of this layer call.
+  void check_deltax_call(const sieve_layer_call& call, const sieve_selection& sel) const {
     const sieve_geometry& g = geometry();
-    const int32_t B = cfg_.block, d = g.head_dim, group = g.n_q_heads / g.n_kv_heads;
-    const int32_t H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
+    const int32_t B = cfg_.block;
     if (call.phase != SIEVE_PHASE_PREFILL)
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "dpxa attends prefill only, phase is ", call.phase);
     sp::require_struct(call.kv_view, "KV view");
-    const sieve_paged_kv& view = *call.kv_view;
     if (call.layer != selected_layer_)
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "dpxa: mode=deltax attends the tiles its own select "
                "chose for this layer, but the last select was for layer ", selected_layer_,
@@ -307,6 +318,15 @@ class DpxaPolicy final : public sp::PolicyBase {
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "dpxa: mode=deltax needs its own block selection "
                "(q_block ", B, ", ", selected_rows_, " rows); the chain's has kind ", sel.kind,
                ", q_block ", sel.q_block, ", ", sel.n_rows, " rows");
+  }
+
+  // mode=deltax on the CPU: per (sequence, KV head) pack every key block, then each q head's
+  // rows over the selection's kept tiles (exact or packed, cpu/deltax.cpp).
+  void attend_deltax(const sieve_layer_call& call, const sieve_selection& sel, DLTensor& out) {
+    const sieve_geometry& g = geometry();
+    const int32_t B = cfg_.block, d = g.head_dim, group = g.n_q_heads / g.n_kv_heads;
+    const int32_t H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
+    const sieve_paged_kv& view = *call.kv_view;
     check_cpu_tensors(call, view);
     const int64_t n_q = call.qo_indptr_host[call.batch];
     for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&out, "out"},
@@ -576,9 +596,19 @@ class DpxaPolicy final : public sp::PolicyBase {
     a.sel_indices = sieve::data_ptr<int32_t>(selection.indices);
     a.capacity = selection.capacity;
     a.stream = cuda_stream();
+    a.shares = deltax_ ? shares_d_.get<float>() : nullptr;
+    a.exact_words = exact_words_;
+    a.exact_top = exact_top_;
     const int32_t B = cfg_.block, H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
     int32_t row0 = 0;
     for (int32_t b = 0; b < call.batch; ++b) {
+      if (deltax_ && call.kv_len_host[b] > g.max_seq_len)  // the deltax scratch's sizing
+        sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "sequence ", b, " has kv_len ", call.kv_len_host[b],
+                 " > max_seq_len = ", g.max_seq_len);
+      // deltax: this sequence's exact bits follow the earlier sequences' query blocks.
+      a.exact_bits = deltax_ ? exact_bits_d_.get<uint32_t>() +
+                                   int64_t(row0 / H) * g.n_q_heads * exact_words_
+                             : nullptr;
       a.q_token0 = call.qo_indptr_host[b];
       a.n_new = int64_t(call.qo_indptr_host[b + 1]) - call.qo_indptr_host[b];
       a.kv_len = call.kv_len_host[b];
@@ -601,11 +631,94 @@ class DpxaPolicy final : public sp::PolicyBase {
     }
   }
 
+  // mode=deltax on CUDA: per sequence, its key blocks packed (core/packing's block walk), then
+  // the attention kernel over the selection with the exact bits its select left.
+  void attend_deltax_cuda(const sieve_layer_call& call, const sieve_selection& sel, DLTensor& out) {
+    const sieve_geometry& g = geometry();
+    const DLDevice dev = g.device;
+    const sieve_paged_kv& view = *call.kv_view;
+    const int32_t B = cfg_.block, H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
+    const int64_t n_q = call.batch > 0 ? call.qo_indptr_host[call.batch] : 0;
+    auto tensor = [&](const DLTensor* t, const char* what, std::initializer_list<int64_t> shape) {
+      std::string e = sieve::check_tensor(t, what, int32_t(shape.size()), shape);
+      if (e.empty() && (!t->data || t->device.device_type != dev.device_type ||
+                        t->device.device_id != dev.device_id || !sieve::is_contiguous(*t)))
+        e = std::string(what) + " must be a contiguous tensor on " + sieve::device_name(dev);
+      if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+      return dtype_code(t->dtype, what);
+    };
+    const int32_t d = g.head_dim;
+    sd::DeltaxLaunch a{};
+    a.q_dtype = tensor(call.q, "q", {n_q, g.n_q_heads, d});
+    a.out_dtype = tensor(&out, "out", {n_q, g.n_q_heads, d});
+    a.kv_dtype = tensor(&view.k_pages, "k_pages", {-1, g.n_kv_heads, g.page_size, d});
+    if (tensor(&view.v_pages, "v_pages", {-1, g.n_kv_heads, g.page_size, d}) != a.kv_dtype)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "k_pages and v_pages differ in dtype");
+    if (call.batch > 0 && (!view.indices.data || !view.indptr_host))
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the view's page table is NULL");
+    a.B = B;
+    a.d = d;
+    a.hq = g.n_q_heads;
+    a.hkv = g.n_kv_heads;
+    a.page_size = g.page_size;
+    a.H = H;
+    a.rows_per_kv_head = per_kv_head_;
+    a.scale = cfg_.scale;
+    a.q = sieve::data_ptr<const void>(*call.q);
+    a.k_pages = sieve::data_ptr<const void>(view.k_pages);
+    a.v_pages = sieve::data_ptr<const void>(view.v_pages);
+    a.out = sieve::data_ptr<void>(out);
+    a.sel_indptr = sieve::data_ptr<const int32_t>(sel.indptr);
+    a.sel_indices = sieve::data_ptr<const int32_t>(sel.indices);
+    a.exact_words = exact_words_;
+    a.anchor_off = anchor_off_d_.get<uint8_t>();
+    a.n_anchors = n_anchors_d_.get<int32_t>();
+    a.stream = cuda_stream();
+    sieve::packing::BlockPackLaunch pk{};
+    pk.k_pages = a.k_pages;
+    pk.kv_dtype = a.kv_dtype;
+    pk.hkv = g.n_kv_heads;
+    pk.d = d;
+    pk.page_size = g.page_size;
+    pk.B = B;
+    pk.threshold = pack_threshold_;
+    pk.keep = nullptr;
+    pk.anchor_off = anchor_off_d_.get<uint8_t>();
+    pk.n_anchors = n_anchors_d_.get<int32_t>();
+    pk.stream = a.stream;
+    int64_t blocks0 = 0;  // query blocks of the earlier sequences
+    for (int32_t b = 0; b < call.batch; ++b) {
+      a.q_token0 = call.qo_indptr_host[b];
+      a.n_new = int64_t(call.qo_indptr_host[b + 1]) - a.q_token0;
+      a.kv_len = call.kv_len_host[b];
+      a.QB = int32_t((a.n_new + B - 1) / B);
+      a.KB = int32_t((a.kv_len + B - 1) / B);
+      a.sel_row0 = blocks0 * H;
+      a.exact_bits = exact_bits_d_.get<uint32_t>() + blocks0 * g.n_q_heads * exact_words_;
+      blocks0 += a.QB;
+      if (a.QB == 0) continue;
+      a.pages = sieve::data_ptr<const int32_t>(view.indices) + view.indptr_host[b];
+      pk.pages = a.pages;
+      pk.n = a.kv_len;
+      // The next sequence's packing reuses the scratch after this attention (one stream).
+      if (const char* e = sieve::packing::launch_block_pack(pk))
+        sp::fail(SIEVE_ERR_DEVICE, "dpxa deltax packing failed to launch: ", e);
+      if (const char* e = sd::launch_deltax_attend(a))
+        sp::fail(SIEVE_ERR_DEVICE, "dpxa deltax attention failed to launch: ", e);
+    }
+  }
+
   sp::HostBuffer q_anchors_d_, q_counts_d_, k_anchors_d_, k_counts_d_, tiles_d_, keep_d_,
       row_counts_d_;
+  // mode=deltax (CUDA): select -> attend hand-over and attend's packing scratch.
+  sp::HostBuffer shares_d_, exact_bits_d_, anchor_off_d_, n_anchors_d_;
+  int32_t exact_words_ = 0;
 #else
   [[noreturn]] void select_cuda(const sieve_layer_call&, const sieve_paged_kv&, sieve_selection&,
                                 int32_t) {
+    sp::fail(SIEVE_ERR_UNSUPPORTED, "this build of dpxa has no CUDA code");
+  }
+  [[noreturn]] void attend_deltax_cuda(const sieve_layer_call&, const sieve_selection&, DLTensor&) {
     sp::fail(SIEVE_ERR_UNSUPPORTED, "this build of dpxa has no CUDA code");
   }
 #endif

@@ -16,7 +16,9 @@
 //                                             the group's flags);
 //   5. offsets  (one CTA)                   scan -> the selection's indptr for these rows,
 //                                             continuing from indptr[row0] of the sequence before;
-//   6. write    (CTA per selection row)     the kept key blocks, ascending, -> indices.
+//   6. write    (CTA per selection row)     the kept key blocks, ascending, -> indices;
+//   7. exact    (CTA per (query block, q head), mode=deltax only) which kept off-diagonal tiles
+//               are computed exactly: the row's top ceil(exact_top · n) by the head's share.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -505,7 +507,7 @@ __global__ void __launch_bounds__(kGreedyThreads) greedy_kernel(const SequenceLa
   extern __shared__ __align__(16) unsigned char smem[];
   using Reduce = cub::BlockReduce<float, kGreedyThreads>;
   __shared__ typename Reduce::TempStorage reduce_temp;
-  __shared__ float row_max;
+  __shared__ float row_max, row_z;
   __shared__ int32_t n_keep;
   const int32_t t = blockIdx.x, h = blockIdx.y;
   const RowSpan r = row_span(a.kv_len, a.n_new, a.B, t);
@@ -566,9 +568,15 @@ __global__ void __launch_bounds__(kGreedyThreads) greedy_kernel(const SequenceLa
     int32_t c = 0;
     for (; c < n_sorted && (all || kept < target); ++c) kept = fadd(kept, ws[c]);
     n_keep = c;
+    row_z = z;
   }
   __syncthreads();
   for (int32_t i = threadIdx.x; i < n_keep; i += blockDim.x) keep[order_index(keys[i])] = 1;
+  if (a.shares) {  // deltax: row_shares' w / z, IEEE-rounded like the CPU's division
+    const float z = row_z;
+    for (int32_t j = threadIdx.x; j < n; j += blockDim.x)
+      a.shares[base + j] = z > 0.f ? __fdiv_rn(w[j], z) : 0.f;
+  }
 }
 
 // Kept flag of key block j in local selection row (t, hrow).
@@ -633,6 +641,64 @@ __global__ void __launch_bounds__(kThreads) write_kernel(const SequenceLaunch a,
     out += total;
     __syncthreads();
   }
+}
+
+// deltax: per (query block t, q head h), the tiles of h's selection row (its own kept tiles, or
+// the group's union with rows=kv_head) that are neither sink nor diagonal, ranked by h's share
+// with ties to the lower block (the order key of the greedy, over shares), as deltax.hpp's
+// exact_tiles on the CPU; the first ceil(exact_top · n) get their bit set. A bitonic sort in
+// shared memory as in greedy_kernel; bits are gathered with shared atomics, then stored whole.
+__global__ void __launch_bounds__(kGreedyThreads) exact_kernel(const SequenceLaunch a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  using Reduce = cub::BlockReduce<int32_t, kGreedyThreads>;
+  __shared__ typename Reduce::TempStorage reduce_temp;
+  __shared__ int32_t n_rank;
+  const int32_t t = blockIdx.x, h = blockIdx.y;
+  const RowSpan r = row_span(a.kv_len, a.n_new, a.B, t);
+  const int32_t n = r.n_candidates;
+  int32_t pow2 = 1;
+  while (pow2 < n) pow2 <<= 1;
+  uint64_t* keys = reinterpret_cast<uint64_t*>(smem);            // [pow2]
+  uint32_t* words = reinterpret_cast<uint32_t*>(keys + pow2);    // [exact_words]
+  const int64_t prefix = row_prefix(a, t);
+  const int32_t hrow = a.rows_per_kv_head ? h / (a.hq / a.hkv) : h;
+  const float* shares = a.shares + int64_t(h) * a.tiles_per_head + prefix;
+  int32_t members = 0;
+  for (int32_t j = threadIdx.x; j < pow2; j += blockDim.x) {
+    const bool member = j < n && !forced(r, j) && row_keeps(a, t, hrow, prefix, j);
+    members += member ? 1 : 0;
+    keys[j] = member ? order_key(shares[j], j) : 0ull;  // members' keys are never 0
+  }
+  for (int32_t i = threadIdx.x; i < a.exact_words; i += blockDim.x) words[i] = 0u;
+  members = Reduce(reduce_temp).Sum(members);
+  if (threadIdx.x == 0) {
+    // exact_tiles' count: ceil in double, the 1e-6 absorbing products like 0.3 · 10.
+    const int32_t top = int32_t(ceil(double(a.exact_top) * members - 1e-6));
+    n_rank = top < members ? top : members;
+  }
+  __syncthreads();
+  for (int32_t size = 2; size <= pow2; size <<= 1)  // bitonic sort, descending
+    for (int32_t stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int32_t i = threadIdx.x; i < pow2; i += blockDim.x) {
+        const int32_t p = i ^ stride;
+        if (p > i) {
+          const bool desc = (i & size) == 0;
+          const uint64_t x = keys[i], y = keys[p];
+          if (desc ? x < y : x > y) {
+            keys[i] = y;
+            keys[p] = x;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  for (int32_t i = threadIdx.x; i < n_rank; i += blockDim.x) {
+    const int32_t j = order_index(keys[i]);
+    atomicOr(&words[j >> 5], 1u << (j & 31));
+  }
+  __syncthreads();
+  uint32_t* out = a.exact_bits + (int64_t(t) * a.hq + h) * a.exact_words;
+  for (int32_t i = threadIdx.x; i < a.exact_words; i += blockDim.x) out[i] = words[i];
 }
 
 __global__ void empty_kernel(int32_t* indptr) { indptr[0] = 0; }
@@ -705,6 +771,15 @@ const char* launch_typed(const SequenceLaunch& a) {
   offsets_kernel<<<1, kGreedyThreads, 0, stream>>>(a, n_rows);
   if (const char* e = check()) return e;
   write_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(a, H);
+  if (const char* e = check()) return e;
+  if (a.exact_bits) {
+    const size_t e_bytes = size_t(pow2) * 8 + size_t(a.exact_words) * 4;
+    if (const cudaError_t e = cudaFuncSetAttribute(
+            exact_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(e_bytes));
+        e != cudaSuccess)
+      return cudaGetErrorString(e);
+    exact_kernel<<<rows, kGreedyThreads, e_bytes, stream>>>(a);
+  }
   return check();
 }
 

@@ -33,6 +33,15 @@ struct SequenceLaunch {
   float* tiles;        // [hq][tiles_per_head][2]: (m, s)
   uint8_t* keep;       // [hq][tiles_per_head]
   int32_t* row_counts; // [QB * H]
+  // mode=deltax (NULL / 0 otherwise): the greedy kernel also writes each candidate's normalised
+  // share w_j / Σw (as row_shares on the CPU) to shares [hq][tiles_per_head]; then a kernel ranks
+  // each (query block, q head)'s kept off-diagonal non-sink tiles by share and sets the bits of the
+  // top ceil(exact_top · n) in exact_bits: this sequence's [QB][hq][exact_words] words, bit j of a
+  // row = key block j computed exactly (deltax.hpp exact_tiles; sink and diagonal not included).
+  float* shares;
+  uint32_t* exact_bits;
+  int32_t exact_words;
+  float exact_top;
   // The selection: this sequence's rows start at row0; the sequence before left indptr[row0].
   int32_t row0;
   int32_t* sel_indptr;

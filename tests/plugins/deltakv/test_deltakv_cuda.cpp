@@ -31,7 +31,9 @@ struct DeviceTensor {
   DeviceTensor(const DLTensor& host, bool poison = false) : shape(host.shape, host.shape + host.ndim) {
     bytes = size_t(sieve::numel(host)) * sieve::dtype_bytes(host.dtype);
     cudaMalloc(&ptr, std::max<size_t>(bytes, 1));
-    if (poison) cudaMemset(ptr, 0xff, bytes);
+    // The memset is asynchronous on the legacy stream, which the plugin's non-blocking stream
+    // does not wait for: synchronise, or it can land after the kernel's writes.
+    if (poison) cudaMemset(ptr, 0xff, bytes), cudaDeviceSynchronize();
     else cudaMemcpy(ptr, host.data, bytes, cudaMemcpyHostToDevice);
     t = sieve::make_view(ptr, kCuda0, host.dtype, host.ndim, shape.data());
   }

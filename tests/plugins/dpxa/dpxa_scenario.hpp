@@ -52,8 +52,8 @@ struct DpxaValues {
 struct DpxaScenario {
   DpxaScenario(std::vector<int32_t> kv_lens, std::vector<int32_t> n_new, int32_t page_size,
                int32_t hq = 4, int32_t hkv = 2, int32_t d = 32, uint64_t seed = 7,
-               DLDataType dtype = kF32)
-      : w(spec(kv_lens, n_new, page_size, hq, hkv, d, seed, dtype)) {
+               DLDataType dtype = kF32, DLDataType out_dtype = kF32)
+      : w(spec(kv_lens, n_new, page_size, hq, hkv, d, seed, dtype, out_dtype)) {
     reference::LongContextSpec lc;
     lc.seed = seed;
     reference::fill_workload(w, lc);
@@ -73,7 +73,7 @@ struct DpxaScenario {
   }
   static reference::WorkloadSpec spec(std::vector<int32_t> kv_lens, std::vector<int32_t> n_new,
                                       int32_t ps, int32_t hq, int32_t hkv, int32_t d,
-                                      uint64_t seed, DLDataType dtype) {
+                                      uint64_t seed, DLDataType dtype, DLDataType out_dtype = kF32) {
     reference::WorkloadSpec s;
     s.n_q_heads = hq;
     s.n_kv_heads = hkv;
@@ -85,6 +85,7 @@ struct DpxaScenario {
     s.seed = seed;
     s.kv_dtype = dtype;
     s.q_dtype = dtype;
+    s.out_dtype = out_dtype;
     return s;
   }
 

@@ -3,7 +3,8 @@
 // kernel): exact_top = 1 is the block-sparse result; the output equals a plain f64 recomputation
 // (keys of packed tiles expanded `count` times, one dense softmax per row) on ragged GQA inputs
 // into a NaN-poisoned buffer; rows with only the sink and diagonal tiles are exact however hard
-// the packing; mode=select is the core kernel bit for bit; bad parameters and CUDA are refused.
+// the packing; mode=select is the core kernel bit for bit; bad parameters are refused (CUDA:
+// test_deltax_cuda.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -304,7 +305,7 @@ TEST_F(DeltaX, SelectModeIsTheCoreKernel) {
   EXPECT_EQ(std::memcmp(plugin.data(), core.data(), core.size() * sizeof(double)), 0);
 }
 
-// (4) Bad parameters, CUDA, and an attend that has no select of its layer.
+// (4) Bad parameters (also on CUDA), and an attend that has no select of its layer.
 TEST_F(DeltaX, BadParametersAreRefused) {
   DpxaScenario sc({100}, {100}, 16);
   DpxaArgs a;
@@ -326,14 +327,23 @@ TEST_F(DeltaX, BadParametersAreRefused) {
   a.pack_threshold = 1;  // the upper end is allowed
   EXPECT_NE(create(sc.g, a, &err), nullptr) << err;
 
-  // CUDA: this plugin refuses deltax there (builds without CUDA refuse the device itself).
+  // CUDA: a build with CUDA accepts deltax there (test_deltax_cuda runs it), and still refuses a
+  // bad pack_threshold; a build without CUDA refuses the device itself.
   sieve_geometry cuda = sc.g;
   cuda.device = {kDLCUDA, 0};
   DpxaValues v(a);
   ReasonLog reasons;
-  EXPECT_NE(api_->validate(&cuda, v.v, DpxaValues::kCount, reasons.sink()), SIEVE_OK);
+  const sieve_status st = api_->validate(&cuda, v.v, DpxaValues::kCount, reasons.sink());
   if (api_->descriptor->devices & SIEVE_DEVICE_CUDA) {
-    EXPECT_THAT(reasons.all(), HasSubstr("mode=deltax is implemented on the CPU only"));
+    EXPECT_EQ(st, SIEVE_OK) << reasons.all();
+    DpxaArgs bad = a;
+    bad.pack_threshold = -1;
+    DpxaValues vb(bad);
+    ReasonLog rb;
+    EXPECT_NE(api_->validate(&cuda, vb.v, DpxaValues::kCount, rb.sink()), SIEVE_OK);
+    EXPECT_THAT(rb.all(), HasSubstr("pack_threshold = -1 is outside (-1, 1]"));
+  } else {
+    EXPECT_NE(st, SIEVE_OK);
   }
 
   // attend for a layer its select did not see.
@@ -348,7 +358,7 @@ TEST_F(DeltaX, BadParametersAreRefused) {
 }
 
 // The ABI conformance suite with mode=deltax (its CPU numeric checks run the attend hook through
-// the layer runner; the CUDA ones are expected to be refused: deltax is CPU only).
+// the layer runner; the CUDA checks are left to test_deltax_cuda, which needs a GPU).
 TEST(DeltaXConform, ConformancePassesInDeltaxMode) {
   sieve::runtime::ConformOptions o;
   o.isolate = false;
