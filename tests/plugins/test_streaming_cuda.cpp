@@ -23,7 +23,7 @@ class DeviceInts {
  public:
   explicit DeviceInts(const std::vector<int32_t>& host) : n_(int64_t(host.size())) {
     if (cudaMalloc(&p_, std::max<size_t>(1, host.size()) * sizeof(int32_t)) != cudaSuccess) p_ = nullptr;
-    else if (!host.empty()) cudaMemcpy(p_, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
+    else if (!host.empty()) cudaMemcpy(p_, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice), cudaDeviceSynchronize();
   }
   ~DeviceInts() { cudaFree(p_); }
   DeviceInts(const DeviceInts&) = delete;

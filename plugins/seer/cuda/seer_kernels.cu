@@ -348,7 +348,10 @@ const char* launch_threshold_select(const ThresholdLaunch& a) noexcept {
 }
 
 const char* copy_to_device(void* dst, const void* src, size_t bytes) noexcept {
-  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  // From pageable memory the copy may still be in flight on return, and the host's stream may be
+  // non-blocking: create (the only caller) waits, so the first hook sees the weights.
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
   return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
 }
 

@@ -22,7 +22,7 @@ class DeviceArray {
  public:
   explicit DeviceArray(const std::vector<T>& host) : n_(int64_t(host.size())) {
     if (cudaMalloc(&p_, std::max<size_t>(1, host.size()) * sizeof(T)) != cudaSuccess) p_ = nullptr;
-    else if (!host.empty()) cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+    else if (!host.empty()) cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaDeviceSynchronize();
   }
   ~DeviceArray() { cudaFree(p_); }
   DeviceArray(const DeviceArray&) = delete;

@@ -34,7 +34,7 @@ struct DeviceTensor {
     // The memset is asynchronous on the legacy stream, which the plugin's non-blocking stream
     // does not wait for: synchronise, or it can land after the kernel's writes.
     if (poison) cudaMemset(ptr, 0xff, bytes), cudaDeviceSynchronize();
-    else cudaMemcpy(ptr, host.data, bytes, cudaMemcpyHostToDevice);
+    else cudaMemcpy(ptr, host.data, bytes, cudaMemcpyHostToDevice), cudaDeviceSynchronize();
     t = sieve::make_view(ptr, kCuda0, host.dtype, host.ndim, shape.data());
   }
   ~DeviceTensor() { cudaFree(ptr); }

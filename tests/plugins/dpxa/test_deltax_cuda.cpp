@@ -40,6 +40,7 @@ struct DeviceBytes {
     EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 16)), cudaSuccess);
     if (host && p) {
       EXPECT_EQ(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the plugin's stream does not wait for it
     }
   }
   ~DeviceBytes() { cudaFree(p); }

@@ -31,7 +31,7 @@ constexpr DLDevice kCuda0{kDLCUDA, 0};
 struct DeviceCopy {
   DeviceCopy(const void* host, size_t bytes) : bytes(bytes) {
     if (cudaMalloc(&p, std::max<size_t>(bytes, 4)) != cudaSuccess) p = nullptr;
-    else if (host) cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
+    else if (host) cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaDeviceSynchronize();
   }
   ~DeviceCopy() { cudaFree(p); }
   DeviceCopy(const DeviceCopy&) = delete;

@@ -33,7 +33,10 @@ struct DeviceBuffer {
     if (cudaMalloc(&p, bytes) != cudaSuccess) p = nullptr;
   }
   ~DeviceBuffer() { cudaFree(p); }
-  void put(const void* src, size_t n) { EXPECT_EQ(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), cudaSuccess); }
+  void put(const void* src, size_t n) {
+    EXPECT_EQ(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the plugin's stream does not wait for it
+  }
   template <class T>
   std::vector<T> get(size_t n) const {
     std::vector<T> h(n);

@@ -61,6 +61,7 @@ struct DeviceCopy {
     const size_t bytes = size_t(sieve::numel(host)) * sieve::dtype_bytes(host.dtype);
     EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 4)), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(p, host.data, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the plugin's stream does not wait for it
     t = host;
     t.data = p;
     t.device = DLDevice{kDLCUDA, 0};

@@ -313,9 +313,12 @@ class SeerSession {
 #endif
     return SIEVE_OK;
   }
-  void copy_to_host(void* dst, const void* src, size_t bytes) const {
+  void copy_to_host(void* dst, const void* src, size_t bytes) {
 #if SIEVE_WITH_CUDA
     if (g_.device.device_type == kDLCUDA) {
+      // The store uploads its view arrays (and the plugin writes its cache) on the session's
+      // non-blocking stream, which a legacy-stream cudaMemcpy does not wait for.
+      EXPECT_EQ(sync(), SIEVE_OK) << last_error_;
       cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
       return;
     }
@@ -329,6 +332,9 @@ class SeerSession {
       if (dev.device_type == kDLCUDA) {
         cudaMalloc(&p, bytes);
         cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+        // From pageable memory cudaMemcpy may return before the DMA lands, and the plugin's
+        // non-blocking stream does not wait for the legacy stream: wait here.
+        cudaDeviceSynchronize();
         return;
       }
 #endif
