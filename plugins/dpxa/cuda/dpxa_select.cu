@@ -498,6 +498,26 @@ struct MaxSkipNan {
   }
 };
 
+// Block-wide bitonic sort of keys[0 .. pow2) (a power of two), descending; every thread of the
+// CTA calls it, and it ends on a barrier.
+__device__ void sort_descending(uint64_t* keys, int32_t pow2) {
+  for (int32_t size = 2; size <= pow2; size <<= 1)  // bitonic sort, descending
+    for (int32_t stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int32_t i = threadIdx.x; i < pow2; i += blockDim.x) {
+        const int32_t p = i ^ stride;
+        if (p > i) {
+          const bool desc = (i & size) == 0;
+          const uint64_t x = keys[i], y = keys[p];
+          if (desc ? x < y : x > y) {
+            keys[i] = y;
+            keys[p] = x;
+          }
+        }
+      }
+      __syncthreads();
+    }
+}
+
 // One CTA per row: row_weights / greedy_walk of dpxa_tiles.hpp with every order-free part in
 // parallel (the max, the weights, the sort keys, gathering weights in greedy order) and the two
 // order-sensitive sums (Σ w in index order, the kept mass in greedy order) on one thread over
@@ -538,21 +558,7 @@ __global__ void __launch_bounds__(kGreedyThreads) greedy_kernel(const SequenceLa
     keys[j] = j < n && !forced(r, j) ? order_key(wj, j) : 0ull;
   }
   __syncthreads();
-  for (int32_t size = 2; size <= pow2; size <<= 1)  // bitonic sort, descending
-    for (int32_t stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int32_t i = threadIdx.x; i < pow2; i += blockDim.x) {
-        const int32_t p = i ^ stride;
-        if (p > i) {
-          const bool desc = (i & size) == 0;
-          const uint64_t x = keys[i], y = keys[p];
-          if (desc ? x < y : x > y) {
-            keys[i] = y;
-            keys[p] = x;
-          }
-        }
-      }
-      __syncthreads();
-    }
+  sort_descending(keys, pow2);
   // Non-forced candidates: n minus block 0 and the diagonal blocks diag_first .. n-1.
   const int32_t n_sorted = n - (n - r.diag_first) - (r.diag_first > 0 ? 1 : 0);
   for (int32_t i = threadIdx.x; i < n_sorted; i += blockDim.x) ws[i] = w[order_index(keys[i])];
@@ -677,21 +683,7 @@ __global__ void __launch_bounds__(kGreedyThreads) exact_kernel(const SequenceLau
     n_rank = top < members ? top : members;
   }
   __syncthreads();
-  for (int32_t size = 2; size <= pow2; size <<= 1)  // bitonic sort, descending
-    for (int32_t stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int32_t i = threadIdx.x; i < pow2; i += blockDim.x) {
-        const int32_t p = i ^ stride;
-        if (p > i) {
-          const bool desc = (i & size) == 0;
-          const uint64_t x = keys[i], y = keys[p];
-          if (desc ? x < y : x > y) {
-            keys[i] = y;
-            keys[p] = x;
-          }
-        }
-      }
-      __syncthreads();
-    }
+  sort_descending(keys, pow2);
   for (int32_t i = threadIdx.x; i < n_rank; i += blockDim.x) {
     const int32_t j = order_index(keys[i]);
     atomicOr(&words[j >> 5], 1u << (j & 31));
