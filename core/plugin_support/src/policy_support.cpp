@@ -340,6 +340,17 @@ HostBuffer PolicyBase::allocate(DLDevice device, size_t bytes, size_t alignment)
   return HostBuffer(services_, device, p, bytes);
 }
 
+void PolicyBase::core_kernel_attend(sieve_attention_args a, std::string_view what) const {
+  a.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
+  a.n_q_heads = geometry_.n_q_heads;
+  a.n_kv_heads = geometry_.n_kv_heads;
+  a.head_dim = geometry_.head_dim;
+  const sieve_host_services& s = *services_;
+  if (!s.kernels || !s.kernels->attend) fail(SIEVE_ERR_UNSUPPORTED, "the host offers no core attention kernel");
+  const sieve_status st = s.kernels->attend(s.host_ctx, &a);
+  if (st != SIEVE_OK) fail(st, what, ": ", s.kernels->last_error ? s.kernels->last_error(s.host_ctx) : "");
+}
+
 void PolicyBase::log(sieve_log_level level, std::string_view message) const noexcept {
   if (!services_->log) return;
   try {

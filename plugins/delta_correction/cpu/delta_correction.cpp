@@ -198,28 +198,8 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
   void attend_rows(const sieve_layer_call& call, DLTensor& out, int64_t n_rows) const {
     int64_t shape[1] = {n_rows};
     DLTensor rows = sieve::make_view(q_rows_.get(), geometry().device, sieve::kI32, 1, shape);
-    sieve_attention_args a{};
-    a.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
-    a.phase = SIEVE_PHASE_PREFILL;
-    a.n_q_heads = geometry().n_q_heads;
-    a.n_kv_heads = geometry().n_kv_heads;
-    a.head_dim = geometry().head_dim;
-    a.scale = 0.f;  // the runner's own prefill call uses the default 1/sqrt(head_dim) too
-    a.q = call.q;
-    a.out = &out;
-    a.qo_indptr = call.qo_indptr;
-    a.qo_indptr_host = call.qo_indptr_host;
-    a.kv = call.kv_view;
-    a.selection = nullptr;  // dense
-    a.q_rows = &rows;
-    a.stats = SIEVE_STATS_NONE;
-    const sieve_host_services& s = services();
-    if (!s.kernels || !s.kernels->attend)
-      sp::fail(SIEVE_ERR_UNSUPPORTED, "the host offers no core attention kernel");
-    const sieve_status st = s.kernels->attend(s.host_ctx, &a);
-    if (st != SIEVE_OK)
-      sp::fail(st, "dense attention of ", n_rows, " anchor/tail rows failed: ",
-               s.kernels->last_error ? s.kernels->last_error(s.host_ctx) : "");
+    core_attend(call.q, &out, call.qo_indptr, call.qo_indptr_host, call.kv_view, nullptr, &rows,
+                nullptr, "dense attention of " + std::to_string(n_rows) + " anchor/tail rows failed");
   }
 
   void correct_cpu(const sieve_layer_call& call, DLTensor& out, int64_t n_dense,
@@ -333,13 +313,9 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
   // One core-kernel call of this plugin (prefill, dense unless `sel`).
   void core_attend(const DLTensor* q, DLTensor* out, const DLTensor* qo, const int32_t* qo_host,
               const sieve_paged_kv* kv, const sieve_selection* sel, const DLTensor* q_rows,
-              DLTensor* lse, const char* what) const {
+              DLTensor* lse, std::string_view what) const {
     sieve_attention_args a{};
-    a.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
-    a.phase = SIEVE_PHASE_PREFILL;
-    a.n_q_heads = geometry().n_q_heads;
-    a.n_kv_heads = geometry().n_kv_heads;
-    a.head_dim = geometry().head_dim;
+    a.phase = SIEVE_PHASE_PREFILL;  // scale 0: 1/sqrt(head_dim), as the runner's own call
     a.q = q;
     a.out = out;
     a.qo_indptr = qo;
@@ -348,10 +324,7 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
     a.selection = sel;
     a.q_rows = q_rows;
     a.lse = lse;
-    const sieve_host_services& s = services();
-    const sieve_status st = s.kernels->attend(s.host_ctx, &a);
-    if (st != SIEVE_OK)
-      sp::fail(st, what, ": ", s.kernels->last_error ? s.kernels->last_error(s.host_ctx) : "");
+    core_kernel_attend(a, what);
   }
 
   void correct_cuda(const sieve_layer_call& call, DLTensor& out, int64_t n_dense,

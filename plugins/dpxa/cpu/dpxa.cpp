@@ -277,28 +277,15 @@ class DpxaPolicy final : public sp::PolicyBase {
   // mode=select: the host's block-sparse kernel on the selection, as the layer runner calls it.
   void core_attend(const sieve_layer_call& call, const sieve_selection& selection,
                    DLTensor& out) const {
-    const sieve_geometry& g = geometry();
     sieve_attention_args a{};
-    a.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
     a.phase = call.phase;
-    a.n_q_heads = g.n_q_heads;
-    a.n_kv_heads = g.n_kv_heads;
-    a.head_dim = g.head_dim;
-    a.scale = 0.f;  // 1/sqrt(head_dim), the runner's default
     a.q = call.q;
     a.out = &out;
     a.qo_indptr = call.qo_indptr;
     a.qo_indptr_host = call.qo_indptr_host;
     a.kv = call.kv_view;
     a.selection = &selection;
-    a.stats = SIEVE_STATS_NONE;
-    const sieve_host_services& s = services();
-    if (!s.kernels || !s.kernels->attend)
-      sp::fail(SIEVE_ERR_UNSUPPORTED, "the host offers no core attention kernel");
-    const sieve_status st = s.kernels->attend(s.host_ctx, &a);
-    if (st != SIEVE_OK)
-      sp::fail(st, "core block-sparse attention failed: ",
-               s.kernels->last_error ? s.kernels->last_error(s.host_ctx) : "");
+    core_kernel_attend(a, "core block-sparse attention failed");
   }
 
   // mode=deltax, both devices: the selection must be this instance's own of this layer call.

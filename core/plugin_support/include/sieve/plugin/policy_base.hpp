@@ -104,6 +104,12 @@ class PolicyBase {
   // returns NULL, UNSUPPORTED when it offers no allocator.
   HostBuffer allocate(DLDevice device, size_t bytes, size_t alignment = 256) const;
 
+  // The host's core attention kernel (services.kernels->attend) on `args`, with the header and
+  // the geometry's head counts and head_dim filled in (the rest, scale 0 = 1/sqrt(head_dim)
+  // included, as the caller set it). Throws the kernel's status with `what` and the host's
+  // message, or UNSUPPORTED when the host offers no kernel.
+  void core_kernel_attend(sieve_attention_args args, std::string_view what) const;
+
   // Log one line through the host's log callback (dropped when the host gave none). Never throws.
   void log(sieve_log_level level, std::string_view message) const noexcept;
   template <class... Args>
