@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 #include <sieve/sieve.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sieve/reference/long_context.hpp"
 #include "sieve/reference/workload.hpp"
+#include "support/layer_call.hpp"
+#include "support/plugin_library.hpp"
 #include "support/workload_call.hpp"
 
 namespace sieve::testing {
@@ -195,5 +199,52 @@ inline std::vector<double> plain_shares(const std::string& est, const std::vecto
   for (double& x : w) x /= z;
   return w;
 }
+
+// The worst |got - want| / (1 + |want|) over two outputs (a non-finite value counts as infinite).
+inline double worst_rel(const std::vector<double>& got, const std::vector<double>& want) {
+  double e = 0;
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i)
+    e = std::max(e, std::isfinite(got[i]) ? std::abs(got[i] - want[i]) / (1 + std::abs(want[i]))
+                                          : INFINITY);
+  return e;
+}
+
+// The dpxa CPU tests' fixture: the plugin, a host (Host: the mock services, or the runtime's real
+// ones where the core kernel or metrics are needed) and create(), whose policies TearDown destroys.
+template <class Host>
+class DpxaTest : public ::testing::Test {
+ protected:
+  template <class... HostArgs>
+  explicit DpxaTest(HostArgs&&... host_args) : host_(std::forward<HostArgs>(host_args)...) {}
+  void SetUp() override {
+    api_ = lib_.policy();
+    ASSERT_NE(api_, nullptr);
+  }
+  void TearDown() override {
+    for (sieve_policy* p : policies_) api_->destroy(p);
+    policies_.clear();
+  }
+  // Without `error` a refusal is a test failure; with it, a refusal's reason goes to *error.
+  sieve_policy* create(const sieve_geometry& g, const DpxaArgs& a, std::string* error = nullptr) {
+    DpxaValues v(a);
+    sieve_policy* p = nullptr;
+    if (!error) {
+      p = create_or_fail(api_, host_.table(), g, v.v, DpxaValues::kCount);
+    } else {
+      ReasonLog err;
+      if (api_->create(host_.table(), &g, v.v, DpxaValues::kCount, nullptr, nullptr, &p, err.sink()) != SIEVE_OK)
+        p = nullptr;
+      *error = err.all();
+    }
+    if (p) policies_.push_back(p);
+    return p;
+  }
+
+  Host host_;
+  PluginLibrary lib_{"dpxa"};
+  const sieve_policy_api* api_ = nullptr;
+  std::vector<sieve_policy*> policies_;
+};
 
 }  // namespace sieve::testing

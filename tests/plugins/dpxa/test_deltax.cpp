@@ -28,30 +28,9 @@ using namespace sieve::testing;
 using ::testing::HasSubstr;
 using Rows = std::vector<std::vector<int32_t>>;
 
-class DeltaX : public ::testing::Test {
+class DeltaX : public DpxaTest<sieve::runtime::HostServices> {
  protected:
-  void SetUp() override {
-    api_ = lib_.policy();
-    ASSERT_NE(api_, nullptr);
-  }
-  void TearDown() override {
-    for (sieve_policy* p : policies_) api_->destroy(p);
-  }
-  sieve_policy* create(const sieve_geometry& g, const DpxaArgs& a, std::string* error = nullptr) {
-    DpxaValues v(a);
-    sieve_policy* p = nullptr;
-    if (!error) {
-      p = create_or_fail(api_, host_.table(), g, v.v, DpxaValues::kCount);
-    } else {
-      ReasonLog err;
-      if (api_->create(host_.table(), &g, v.v, DpxaValues::kCount, nullptr, nullptr, &p,
-                       err.sink()) != SIEVE_OK)
-        p = nullptr;
-      *error = err.all();
-    }
-    if (p) policies_.push_back(p);
-    return p;
-  }
+  DeltaX() : DpxaTest(sieve::kCpu) {}
   // select + attend of one layer call into a NaN-poisoned output; the rows selected to *rows.
   std::vector<double> run(DpxaScenario& sc, const DpxaArgs& a, Rows* rows = nullptr) {
     sieve_policy* p = create(sc.g, a);
@@ -70,20 +49,7 @@ class DeltaX : public ::testing::Test {
     return -1;
   }
 
-  PluginLibrary lib_{"dpxa"};
-  const sieve_policy_api* api_ = nullptr;
-  sieve::runtime::HostServices host_{sieve::kCpu};
-  std::vector<sieve_policy*> policies_;
 };
-
-double worst_rel(const std::vector<double>& got, const std::vector<double>& want) {
-  double e = 0;
-  EXPECT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i)
-    e = std::max(e, std::isfinite(got[i]) ? std::abs(got[i] - want[i]) / (1 + std::abs(want[i]))
-                                          : INFINITY);
-  return e;
-}
 
 // ---- The plain f64 recomputation --------------------------------------------------------------
 // One output row: kept key blocks `kept` of the row; `exact[i]` for kept[i]; a packed block

@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "core/dpxa_tiles.hpp"
+#include "dpxa_device_call.hpp"
 #include "dpxa_scenario.hpp"
 #include "sieve/packing/block_pack_cuda.hpp"
 #include "sieve/packing/pack_cpu.hpp"
@@ -32,97 +33,6 @@ namespace {
 
 using namespace sieve::testing;
 using Rows = std::vector<std::vector<int32_t>>;
-
-constexpr DLDevice kCuda0{kDLCUDA, 0};
-
-struct DeviceBytes {
-  explicit DeviceBytes(size_t n, const void* host = nullptr) : bytes(n) {
-    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 16)), cudaSuccess);
-    if (host && p) {
-      EXPECT_EQ(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice), cudaSuccess);
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the plugin's stream does not wait for it
-    }
-  }
-  ~DeviceBytes() { cudaFree(p); }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  template <class T>
-  std::vector<T> get() const {
-    std::vector<T> h(bytes / sizeof(T));
-    EXPECT_EQ(cudaMemcpy(h.data(), p, h.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void* p = nullptr;
-  size_t bytes;
-};
-
-size_t tensor_bytes(const sieve::HostTensor& t) {
-  return size_t(t.numel()) * sieve::dtype_bytes(t.dl().dtype);
-}
-
-// The scenario's layer call with every tensor on the device (the host mirrors stay host).
-struct DeviceCall {
-  explicit DeviceCall(DpxaScenario& sc)
-      : q(tensor_bytes(sc.w.q), sc.w.q.dl().data),
-        out(tensor_bytes(sc.w.out)),
-        k(tensor_bytes(sc.w.k_pages), sc.w.k_pages.dl().data),
-        v(tensor_bytes(sc.w.v_pages), sc.w.v_pages.dl().data),
-        qo(tensor_bytes(sc.w.qo_indptr), sc.w.qo_indptr.dl().data),
-        indptr(tensor_bytes(sc.w.kv_indptr), sc.w.kv_indptr.dl().data),
-        indices(tensor_bytes(sc.w.kv_indices), sc.w.kv_indices.dl().data),
-        last(tensor_bytes(sc.w.kv_last_page_len), sc.w.kv_last_page_len.dl().data),
-        out_dtype(sc.w.out.dl().dtype) {
-    geometry = sc.g;
-    geometry.device = kCuda0;
-    auto on_device = [](DLTensor t, void* p) {
-      t.data = p;
-      t.device = kCuda0;
-      t.byte_offset = 0;
-      return t;
-    };
-    q_t = on_device(sc.w.q.dl(), q.p);
-    out_t = on_device(sc.w.out.dl(), out.p);
-    qo_t = on_device(sc.w.qo_indptr.dl(), qo.p);
-    view = sc.w.kv;
-    view.k_pages = on_device(view.k_pages, k.p);
-    view.v_pages = on_device(view.v_pages, v.p);
-    view.indptr = on_device(view.indptr, indptr.p);
-    view.indices = on_device(view.indices, indices.p);
-    view.last_page_len = on_device(view.last_page_len, last.p);
-    call = sc.call;
-    call.q = &q_t;
-    call.qo_indptr = &qo_t;
-    call.kv_view = &view;
-    call.geometry = &geometry;
-  }
-  // NaN in f32 and 16-bit floats; synchronised, as the plugin's stream does not wait for it.
-  void poison() {
-    ASSERT_EQ(cudaMemset(out.p, 0xFF, out.bytes), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  }
-  std::vector<double> output() const {
-    const auto raw = out.get<uint8_t>();
-    const int64_t n = int64_t(out.bytes / sieve::dtype_bytes(out_dtype));
-    std::vector<double> o(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) o[size_t(i)] = sieve::load_float(raw.data(), out_dtype, i);
-    return o;
-  }
-  DeviceBytes q, out, k, v, qo, indptr, indices, last;
-  DLDataType out_dtype;
-  DLTensor q_t{}, out_t{}, qo_t{};
-  sieve_geometry geometry{};
-  sieve_paged_kv view{};
-  sieve_layer_call call{};
-};
-
-double worst_rel(const std::vector<double>& got, const std::vector<double>& want) {
-  double e = 0;
-  EXPECT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i)
-    e = std::max(e, std::isfinite(got[i]) ? std::abs(got[i] - want[i]) / (1 + std::abs(want[i]))
-                                          : INFINITY);
-  return e;
-}
 
 class DeltaXCuda : public ::testing::Test {
  protected:
@@ -160,27 +70,14 @@ class DeltaXCuda : public ::testing::Test {
   std::vector<double> run_cuda(DeviceCall& dc, const DpxaArgs& a, int64_t max_rows, Rows* rows) {
     sieve_policy* p = create(*cuda_, dc.geometry, a);
     if (!p) return {};
-    const int64_t capacity = 1 << 20;
-    DeviceBytes indptr(size_t(max_rows + 1) * 4), indices(size_t(capacity) * 4);
-    int64_t shapes[2] = {max_rows + 1, capacity};
-    sieve_selection sel{};
-    sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
-    sel.kind = SIEVE_SEL_ALL;
-    sel.q_block = 1;
-    sel.k_block_pages = 1;
-    sel.indptr = sieve::make_view(indptr.p, kCuda0, sieve::kI32, 1, &shapes[0]);
-    sel.indices = sieve::make_view(indices.p, kCuda0, sieve::kI32, 1, &shapes[1]);
-    sel.capacity = capacity;
+    DeviceSelection ds(max_rows, 1 << 20);
     uint32_t stats = 0;
-    EXPECT_EQ(api_->select(p, &dc.call, &sel, &stats), SIEVE_OK) << api_->last_error(p);
+    EXPECT_EQ(api_->select(p, &dc.call, &ds.sel, &stats), SIEVE_OK) << api_->last_error(p);
     dc.poison();
-    EXPECT_EQ(api_->attend(p, &dc.call, &sel, &dc.out_t), SIEVE_OK) << api_->last_error(p);
+    EXPECT_EQ(api_->attend(p, &dc.call, &ds.sel, &dc.out_t), SIEVE_OK) << api_->last_error(p);
     std::string err;
     EXPECT_TRUE(cuda_->synchronize(&err)) << err;
-    const auto ip = indptr.get<int32_t>(), ix = indices.get<int32_t>();
-    rows->assign(size_t(sel.n_rows), {});
-    for (int32_t r = 0; r < sel.n_rows; ++r)
-      (*rows)[size_t(r)].assign(ix.begin() + ip[size_t(r)], ix.begin() + ip[size_t(r) + 1]);
+    *rows = ds.rows();
     return dc.output();
   }
 

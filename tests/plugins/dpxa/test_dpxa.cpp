@@ -27,29 +27,11 @@ using ::testing::HasSubstr;
 using ::testing::NiceMock;
 using Rows = std::vector<std::vector<int32_t>>;
 
-class Dpxa : public ::testing::Test {
+class Dpxa : public DpxaTest<NiceMock<MockHostServices>> {
  protected:
-  void SetUp() override {
-    api_ = lib_.policy();
-    ASSERT_NE(api_, nullptr);
-  }
   void TearDown() override {
-    for (sieve_policy* p : policies_) api_->destroy(p);
+    DpxaTest::TearDown();
     EXPECT_EQ(host_.live_allocations(), 0u);
-  }
-  // Without `error` a refusal is a test failure; with it, a refusal's reason goes to *error.
-  sieve_policy* create(const sieve_geometry& g, const DpxaArgs& a, std::string* error = nullptr) {
-    DpxaValues v(a);
-    sieve_policy* p = nullptr;
-    if (!error) {
-      p = create_or_fail(api_, host_.table(), g, v.v, DpxaValues::kCount);
-    } else {
-      ReasonLog err;
-      if (api_->create(host_.table(), &g, v.v, DpxaValues::kCount, nullptr, nullptr, &p, err.sink()) != SIEVE_OK) p = nullptr;
-      *error = err.all();
-    }
-    if (p) policies_.push_back(p);
-    return p;
   }
   // Run select and return the rows (checks the CSR shape).
   Rows select(DpxaScenario& sc, const DpxaArgs& a) {
@@ -81,10 +63,6 @@ class Dpxa : public ::testing::Test {
     return rows;
   }
 
-  PluginLibrary lib_{"dpxa"};
-  const sieve_policy_api* api_ = nullptr;
-  NiceMock<MockHostServices> host_;
-  std::vector<sieve_policy*> policies_;
 };
 
 // Forced blocks of query block t: 0 and the blocks holding its positions.

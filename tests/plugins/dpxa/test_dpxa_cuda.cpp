@@ -16,6 +16,7 @@
 #include <set>
 #include "core/dpxa_tiles.hpp"
 
+#include "dpxa_device_call.hpp"
 #include "dpxa_scenario.hpp"
 #include "support/cuda_policy_test.hpp"
 #include "support/host_selection.hpp"
@@ -24,64 +25,6 @@ namespace {
 
 using namespace sieve::testing;
 using ::testing::_;
-
-constexpr DLDevice kCuda0{kDLCUDA, 0};
-
-// A device copy of a host tensor (same shape/dtype), or of poison ints.
-struct DeviceCopy {
-  DeviceCopy(const void* host, size_t bytes) : bytes(bytes) {
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 4)) != cudaSuccess) p = nullptr;
-    else if (host) cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaDeviceSynchronize();
-  }
-  ~DeviceCopy() { cudaFree(p); }
-  DeviceCopy(const DeviceCopy&) = delete;
-  DeviceCopy& operator=(const DeviceCopy&) = delete;
-  std::vector<int32_t> ints() const {
-    std::vector<int32_t> h(bytes / 4);
-    cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost);
-    return h;
-  }
-  void* p = nullptr;
-  size_t bytes;
-};
-
-// The scenario's call with q, the K/V pool and the page table on the device.
-struct DeviceCall {
-  explicit DeviceCall(DpxaScenario& sc)
-      : q(sc.w.q.dl().data, size_t(sc.w.q.numel()) * sieve::dtype_bytes(sc.w.q.dl().dtype)),
-        k(sc.w.k_pages.dl().data,
-          size_t(sc.w.k_pages.numel()) * sieve::dtype_bytes(sc.w.k_pages.dl().dtype)),
-        indices(sc.w.kv_indices.dl().data, size_t(sc.w.kv_indices.numel()) * 4),
-        indptr(sc.w.kv_indptr.dl().data, size_t(sc.w.kv_indptr.numel()) * 4),
-        qo(sc.w.qo_indptr.dl().data, size_t(sc.w.qo_indptr.numel()) * 4) {
-    geometry = sc.g;
-    geometry.device = kCuda0;
-    q_t = sc.w.q.dl();
-    q_t.data = q.p;
-    q_t.device = kCuda0;
-    view = sc.w.kv;
-    view.k_pages.data = k.p;
-    view.k_pages.device = kCuda0;
-    view.v_pages.device = kCuda0;
-    view.indices.data = indices.p;
-    view.indices.device = kCuda0;
-    view.indptr.data = indptr.p;
-    view.indptr.device = kCuda0;
-    qo_t = sc.w.qo_indptr.dl();
-    qo_t.data = qo.p;
-    qo_t.device = kCuda0;
-    call = sc.call;
-    call.q = &q_t;
-    call.qo_indptr = &qo_t;
-    call.kv_view = &view;
-    call.geometry = &geometry;
-  }
-  DeviceCopy q, k, indices, indptr, qo;
-  DLTensor q_t{}, qo_t{};
-  sieve_geometry geometry{};
-  sieve_paged_kv view{};
-  sieve_layer_call call{};
-};
 
 class DpxaCuda : public CudaPolicyTest {
  protected:
@@ -101,17 +44,8 @@ class DpxaCuda : public CudaPolicyTest {
     const int64_t max_rows = int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads;
     const int64_t capacity = 1 << 20;
     HostSelection host_sel(max_rows, capacity);
-    std::vector<int32_t> poison(size_t(capacity), kSelectionPoison);
-    DeviceCopy d_indptr(poison.data(), size_t(max_rows + 1) * 4), d_indices(poison.data(), size_t(capacity) * 4);
-    int64_t shapes[2] = {max_rows + 1, capacity};
-    sieve_selection dsel{};
-    dsel.hdr = SIEVE_HEADER_INIT(sieve_selection);
-    dsel.kind = SIEVE_SEL_ALL;
-    dsel.q_block = 1;
-    dsel.k_block_pages = 1;
-    dsel.indptr = sieve::make_view(d_indptr.p, kCuda0, sieve::kI32, 1, &shapes[0]);
-    dsel.indices = sieve::make_view(d_indices.p, kCuda0, sieve::kI32, 1, &shapes[1]);
-    dsel.capacity = capacity;
+    DeviceSelection ds(max_rows, capacity);
+    sieve_selection& dsel = ds.sel;
     uint32_t stats = 0;
     ASSERT_EQ(api_->select(cpu, &sc.call, host_sel.get(), &stats), SIEVE_OK) << api_->last_error(cpu);
     EXPECT_CALL(host_, alloc(_, _, _)).Times(0);  // hooks never allocate
@@ -122,7 +56,7 @@ class DpxaCuda : public CudaPolicyTest {
     EXPECT_EQ(dsel.heads, host_sel.sel().heads);
     EXPECT_EQ(dsel.q_block, host_sel.sel().q_block);
     EXPECT_EQ(dsel.k_block_pages, host_sel.sel().k_block_pages);
-    const auto indptr = d_indptr.ints(), indices = d_indices.ints();
+    const auto indptr = ds.indptr.get<int32_t>(), indices = ds.indices.get<int32_t>();
     const int32_t n_rows = host_sel.sel().n_rows;
     ASSERT_GT(n_rows, 0);
     if (exact) {
