@@ -10,7 +10,7 @@
 #include "sieve/reference/workload.hpp"
 #include "sieve/util/tensor.hpp"
 
-namespace sieve::testing::tolerance {
+namespace sieve::tolerance {
 
 // What softmax_sum needs from a workload: its longest sequence, the largest scale ||q|| ||k||
 // (bounds every logit's scale * sum |q_i k_i|), the largest value element and value-row norm.
@@ -69,4 +69,4 @@ inline AttentionBound attention_bound(const reference::Workload& w, double u = k
   return {e, e * m.value, e * m.value_row, log_sum_exp(m.keys, m.head_dim, m.logit, u)};
 }
 
-}  // namespace sieve::testing::tolerance
+}  // namespace sieve::tolerance

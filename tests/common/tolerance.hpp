@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-namespace sieve::testing::tolerance {
+namespace sieve::tolerance {
 
 // Unit roundoff u = 2^-p, p the significand bits with the implicit one: the largest relative
 // error of one round-to-nearest.
@@ -78,4 +78,4 @@ inline double log_sum_exp(int64_t keys, int64_t head_dim, double logit_scale, do
   return kSafety * (gamma(head_dim + 3, u) * logit_scale + sum + 2 * u * lse);
 }
 
-}  // namespace sieve::testing::tolerance
+}  // namespace sieve::tolerance

@@ -26,6 +26,7 @@
 namespace {
 
 using namespace sieve::testing;
+namespace tolerance = sieve::tolerance;
 using ::testing::HasSubstr;
 using Rows = std::vector<std::vector<int32_t>>;
 
