@@ -104,14 +104,10 @@ std::vector<std::vector<double>> values(const DpxaScenario& sc, int32_t b, int32
 // The whole deltax output from the rows the plugin selected, recomputed plainly. The exact
 // off-diagonal tiles are ranked by the estimator's f64 shares (plain_shares); a row whose cut
 // falls between two shares closer than the plugin's f32 rounding of them could rank differently
-// and is left out (counted in *ambiguous, its output NaN). The plugin's share of a tile is a
-// softmax-weighted sum of at most B x B anchor-pair logits (lse_push, then the row's at most
-// `keys` candidates), so tolerance::softmax_sum bounds its relative error.
+// and is left out (counted in *ambiguous, its output NaN); share_error bounds that rounding.
 std::vector<double> plain_deltax(const DpxaScenario& sc, const DpxaArgs& a, const Rows& rows,
                                  int32_t* ambiguous) {
-  const auto m = tolerance::magnitudes(sc.w);
-  const double share_error =
-      tolerance::softmax_sum(a.block * a.block + m.keys, m.head_dim, m.logit, tolerance::kF32);
+  const double rounding = share_error(sc, a);
   const int32_t B = int32_t(a.block), hq = sc.g.n_q_heads, hkv = sc.g.n_kv_heads, d = sc.g.head_dim;
   const int32_t group = hq / hkv, H = a.rows == "kv_head" ? hkv : hq;
   std::vector<double> out(size_t(sc.w.out.numel()), NAN);
@@ -147,7 +143,7 @@ std::vector<double> plain_deltax(const DpxaScenario& sc, const DpxaArgs& a, cons
           for (size_t r = 0; r < top; ++r) exact[other[r]] = true;
           if (top > 0 && top < other.size() &&
               share[size_t(kept[other[top - 1]])] - share[size_t(kept[other[top]])] <
-                  2 * share_error * share[size_t(kept[other[top - 1]])]) {
+                  2 * rounding * share[size_t(kept[other[top - 1]])]) {
             ++*ambiguous;
             continue;
           }
