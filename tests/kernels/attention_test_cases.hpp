@@ -121,16 +121,8 @@ inline void expect_outputs_match(const Workload& w) {
     const int64_t n = w.page_mass.numel();
     ASSERT_EQ(size_t(n), ref.page_mass.size());
     for (int64_t i = 0; i < n; ++i) ASSERT_FALSE(std::isnan(w.page_mass.get(i))) << "page_mass " << i;
-    // A page's mass sums page_size terms max_h exp(s - lse), each off relatively by its logit's
-    // and the lse's error and by exp's rounding of |s - lse| <= 2 logit + log(keys).
-    namespace tol = tolerance;
-    const auto m = tol::magnitudes(w);
-    const double u = tol::kF32;
-    const double mass_tol =
-        bound.lse + tol::kSafety * (tol::gamma(d + 3, u) * m.logit + tol::gamma(w.spec.page_size, u) +
-                                    u * (2 * m.logit + std::log(double(m.keys)) + 1));
     EXPECT_LE(reference::max_relative_error(ref.page_mass.data(), w.page_mass.dl(), n, 1e-6),
-              mass_tol);
+              tolerance::page_mass(w.args));
   }
 }
 
