@@ -34,6 +34,18 @@ inline double unit_roundoff(DLDataType t) {
   throw std::invalid_argument("unit_roundoff: not a float dtype");
 }
 
+// The largest 2-norm of the rows of a row-major [rows, d] f32 array: the magnitude that bounds a
+// dot product with, or a weighted average of, those rows.
+inline double max_row_norm(const float* x, int64_t rows, int64_t d) {
+  double m = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double n = 0;
+    for (int64_t i = 0; i < d; ++i) n += double(x[r * d + i]) * x[r * d + i];
+    m = std::max(m, std::sqrt(n));
+  }
+  return m;
+}
+
 // The margin on every bound below, for what the model leaves out: second-order terms, libm and
 // CUDA exp/exp2f/log being up to 2 ulp rather than 0.5, the log2(e) pre-scaling of exp2f kernels,
 // tensor-core f32 accumulation that truncates (up to 2u per addition rather than u).

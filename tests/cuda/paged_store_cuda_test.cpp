@@ -398,13 +398,7 @@ TEST_F(PagedStoreCuda, AttentionOverTheStoreMatchesTheReference) {
     // bound on a row's 2-norm error, with this q, k and v's largest row norms (bf16 storage
     // rounds them by < 2^-8, inside kSafety).
     auto max_norm = [&](const HostTensor& t) {
-      double m = 0;
-      for (int64_t r = 0; r < t.numel() / d; ++r) {
-        double n = 0;
-        for (int i = 0; i < d; ++i) n += std::pow(double(t.get(r * d + i)), 2);
-        m = std::max(m, std::sqrt(n));
-      }
-      return m;
+      return tolerance::max_row_norm(t.data<float>(), t.numel() / d, d);
     };
     const double logit = max_norm(q) * max_norm(k) / std::sqrt(double(d));
     const double row_bound =
