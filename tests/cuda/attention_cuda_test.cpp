@@ -127,16 +127,16 @@ class DeviceCall {
 class AttentionCuda : public CudaTest {
  protected:
   // attend_cuda on the device copy of `w`, then the reference comparison; no device-side error.
-  void expect_matches_reference(Workload& w, double tol, const CudaAttentionOptions& opt = {}) {
+  void expect_matches_reference(Workload& w, const CudaAttentionOptions& opt = {}) {
     DeviceCall call(w);
     std::string err;
     ASSERT_EQ(call.run(stream_, opt, &err), SIEVE_OK) << err;
     ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_OK) << err;
-    expect_outputs_match(w, tol);
+    expect_outputs_match(w);
   }
   // The same with the default options, for the shared cases.
   Expect expect_on_device() {
-    return [this](Workload& w, double tol) { expect_matches_reference(w, tol); };
+    return [this](Workload& w) { expect_matches_reference(w); };
   }
   // The split-KV count attend_cuda picks for the device copy of `w` (0 when it refuses).
   int splits_for(Workload& w, const CudaAttentionOptions& opt) {
@@ -164,7 +164,7 @@ TEST_F(AttentionCuda, DecodeGqaGroups) {
                            uint64_t(10 + g.hq * 3 + g.hkv), kv));
       w.request_lse();
       w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
-      expect_matches_reference(w, kTolF32);
+      expect_matches_reference(w);
     }
 }
 
@@ -178,7 +178,7 @@ TEST_F(AttentionCuda, DecodeHeadDimsPageSizesDtypes) {
         Workload w(make_spec(8, 2, d, ps, {1, ps - 1, ps + 1, 3 * ps + 5}, SIEVE_PHASE_DECODE, {},
                              uint64_t(d * 100 + ps + kv.code), kv, kv));
         w.request_lse();
-        expect_matches_reference(w, half ? kTolHalf : kTolF32);
+        expect_matches_reference(w);
       }
 }
 
@@ -189,7 +189,7 @@ TEST_F(AttentionCuda, DecodeHalfStorageF32Queries) {
     Workload w(make_spec(8, 2, 64, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, 7, kv));
     w.request_lse();
     w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
-    expect_matches_reference(w, kTolF32);
+    expect_matches_reference(w);
   }
 }
 
@@ -209,10 +209,10 @@ TEST_F(AttentionCuda, DecodeSplitKvForced) {
     CudaAttentionOptions opt;
     opt.kv_splits = splits;
     ASSERT_EQ(splits_for(w, opt), splits);
-    expect_matches_reference(w, kTolF32, opt);
+    expect_matches_reference(w, opt);
     // ... and over a block selection (split by selected blocks).
     w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 2, w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 1, 2, 0.4, 3));
-    expect_matches_reference(w, kTolF32, opt);
+    expect_matches_reference(w, opt);
   }
 }
 
@@ -224,7 +224,7 @@ TEST_F(AttentionCuda, DecodeLongContextSplitsAutomatically) {
     w.request_lse();
     w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
     ASSERT_GT(splits_for(w, {}), 1);
-    expect_matches_reference(w, kTolF32);
+    expect_matches_reference(w);
   }
 }
 
@@ -246,7 +246,7 @@ TEST_F(AttentionCuda, PrefillGqaHeadDimsPageSizes) {
       Workload w(make_spec(8, g.hkv, g.d, g.ps, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew,
                            uint64_t(g.hkv * 1000 + g.d + g.ps + kv.code), kv, kv));
       w.request_lse();
-      expect_matches_reference(w, kv.bits == 16 ? kTolHalf : kTolF32);
+      expect_matches_reference(w);
     }
 }
 
@@ -255,7 +255,7 @@ TEST_F(AttentionCuda, PrefillHalfStorageF32Queries) {
     SCOPED_TRACE(dt(kv));
     Workload w(make_spec(8, 2, 64, 16, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew, 5, kv));
     w.request_lse();
-    expect_matches_reference(w, kTolF32);
+    expect_matches_reference(w);
   }
 }
 
@@ -267,13 +267,13 @@ TEST_F(AttentionCuda, PrefillQRowsLikeDeltaCorrection) {
   Workload w(make_spec(8, 2, 64, 32, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew));
   w.set_q_rows(delta_anchor_rows(w));
   w.request_lse();
-  expect_matches_reference(w, kTolF32);
+  expect_matches_reference(w);
   // ... rows of a block selection with q_block > 1 (the row kernel finds each row's query block),
   // split over KV.
   w.set_selection(SIEVE_SEL_PER_Q_HEAD, 16, 1, w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 16, 1, 0.5, 4));
   CudaAttentionOptions opt;
   opt.kv_splits = 3;
-  expect_matches_reference(w, kTolF32, opt);
+  expect_matches_reference(w, opt);
 }
 
 TEST_F(AttentionCuda, PageSizesThatAreNotPowersOfTwo) {
@@ -284,12 +284,12 @@ TEST_F(AttentionCuda, PageSizesThatAreNotPowersOfTwo) {
     Workload w(make_spec(8, 2, 64, ps, {1, ps - 1, 2 * ps + 3, 5 * ps}, SIEVE_PHASE_DECODE, {}, uint64_t(ps)));
     w.request_lse();
     w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
-    expect_matches_reference(w, kTolF32);
+    expect_matches_reference(w);
     w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 2, w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 1, 2, 0.5, 2));
-    expect_matches_reference(w, kTolF32);
+    expect_matches_reference(w);
     Workload pf(make_spec(8, 2, 64, ps, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew, uint64_t(ps) + 1));
     pf.request_lse();
-    expect_matches_reference(pf, kTolF32);
+    expect_matches_reference(pf);
   }
 }
 
@@ -372,7 +372,7 @@ TEST_F(AttentionCuda, CapturesIntoACudaGraph) {
   std::string err;
   ASSERT_EQ(call.run(stream_, opt, &err), SIEVE_OK) << err;  // first use sets the device up
   ASSERT_NO_FATAL_FAILURE(call.run_captured(stream_, opt, &err));
-  expect_outputs_match(w, kTolF32);
+  expect_outputs_match(w);
 }
 
 
@@ -392,9 +392,9 @@ class AttentionCudaTensorCores : public AttentionCuda {
     return plan;
   }
   // Asserts the kernel family, then runs the reference comparison.
-  void expect_on_kernel(Workload& w, const std::string& kernel, double tol, const CudaAttentionOptions& opt = {}) {
+  void expect_on_kernel(Workload& w, const std::string& kernel, const CudaAttentionOptions& opt = {}) {
     ASSERT_EQ(plan_for(w, opt).kernel, kernel);
-    expect_matches_reference(w, tol, opt);
+    expect_matches_reference(w, opt);
   }
 };
 
@@ -440,7 +440,7 @@ TEST_F(AttentionCudaTensorCores, DecodeGqaGroupsHeadDimsDtypes) {
         Workload w(half_spec(g.hq, g.hkv, d, 16, kDecodeLens, t, uint64_t(g.hq * 7 + g.hkv + d)));
         w.request_lse();
         w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
-        expect_on_kernel(w, "row-mma", kTolHalf);
+        expect_on_kernel(w, "row-mma");
       }
 }
 
@@ -451,9 +451,9 @@ TEST_F(AttentionCudaTensorCores, DecodePageSizes) {
     Workload w(half_spec(8, 2, 128, ps, {1, ps - 1, ps + 1, 3 * ps + 5, 700}, kBF16, uint64_t(ps)));
     w.request_lse();
     w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
-    expect_on_kernel(w, "row-mma", kTolHalf);
+    expect_on_kernel(w, "row-mma");
     w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 2, rows_with_an_empty_one(w, SIEVE_SEL_PER_KV_HEAD, 1, 2, 0.5, 3));
-    expect_on_kernel(w, "row-mma", kTolHalf);
+    expect_on_kernel(w, "row-mma");
   }
 }
 
@@ -468,7 +468,7 @@ TEST_F(AttentionCudaTensorCores, DecodeBlockSelections) {
         w.request_lse();
         w.request_stats(heads == SIEVE_SEL_PER_Q_HEAD ? SIEVE_STATS_PAGE_MASS_ALL_HEADS
                                                       : SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
-        expect_on_kernel(w, "row-mma", kTolHalf);
+        expect_on_kernel(w, "row-mma");
       }
 }
 
@@ -484,10 +484,10 @@ TEST_F(AttentionCudaTensorCores, DecodeSplitsFollowTheSelectedKeys) {
     const kernels::CudaAttentionPlan plan = plan_for(w);
     EXPECT_GT(plan.kv_splits, 1);
     EXPECT_EQ(plan.heads_per_cta, 4);
-    expect_on_kernel(w, "row-mma", kTolHalf);
+    expect_on_kernel(w, "row-mma");
     CudaAttentionOptions fine;  // many short splits: every tile boundary case
     fine.split_min_keys = 64;
-    expect_on_kernel(w, "row-mma", kTolHalf, fine);
+    expect_on_kernel(w, "row-mma", fine);
   }
 }
 
@@ -500,9 +500,9 @@ TEST_F(AttentionCudaTensorCores, DecodeSplitKvForced) {
     CudaAttentionOptions opt;
     opt.kv_splits = splits;
     ASSERT_EQ(splits_for(w, opt), splits);
-    expect_on_kernel(w, "row-mma", kTolHalf, opt);
+    expect_on_kernel(w, "row-mma", opt);
     w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 2, w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 1, 2, 0.4, 3));
-    expect_on_kernel(w, "row-mma", kTolHalf, opt);
+    expect_on_kernel(w, "row-mma", opt);
   }
 }
 
@@ -511,11 +511,11 @@ TEST_F(AttentionCudaTensorCores, DecodeQRowsAndEmptyRows) {
   w.set_q_rows({3, 1});
   w.request_lse();
   w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
-  expect_on_kernel(w, "row-mma", kTolHalf);
+  expect_on_kernel(w, "row-mma");
   EXPECT_EQ(w.page_mass.get(0), 0.f);  // sequence 0 is not computed
   w.clear_q_rows();
   w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 1, reference::SelectionRows(size_t(w.selection_rows(SIEVE_SEL_PER_Q_HEAD, 1))));
-  expect_on_kernel(w, "row-mma", kTolHalf);
+  expect_on_kernel(w, "row-mma");
   for (int64_t i = 0; i < w.lse.numel(); ++i) EXPECT_EQ(w.lse.get(i), -INFINITY);
 }
 
@@ -534,13 +534,13 @@ TEST_F(AttentionCudaTensorCores, DecodeRaggedBatchWithIdleSplits) {
     const kernels::CudaAttentionPlan plan = plan_for(w);
     EXPECT_GE(plan.kv_splits, 2);
     EXPECT_LE(plan.kv_splits, 8);
-    expect_on_kernel(w, "row-mma", kTolHalf);
+    expect_on_kernel(w, "row-mma");
 
     DeviceCall call(w);
     std::string err;
     ASSERT_NO_FATAL_FAILURE(call.run_captured(stream_, {}, &err));
     ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_OK) << err;
-    expect_outputs_match(w, kTolHalf);
+    expect_outputs_match(w);
   }
 }
 
@@ -560,7 +560,7 @@ TEST_F(AttentionCudaTensorCores, PrefillGqaHeadDimsPageSizes) {
       Workload w(half_spec(g.hq, g.hkv, g.d, g.ps, kLongPrefillLens, t, uint64_t(g.hq * 100 + g.hkv * 10 + g.d + g.ps),
                            SIEVE_PHASE_PREFILL, kLongPrefillNew));
       w.request_lse();
-      expect_on_kernel(w, "prefill-mma", kTolHalf);
+      expect_on_kernel(w, "prefill-mma");
     }
 }
 
@@ -574,7 +574,7 @@ TEST_F(AttentionCudaTensorCores, PrefillBlockSelections) {
                              SIEVE_PHASE_PREFILL, kLongPrefillNew));
         w.set_selection(heads, q_block, kbp, rows_with_an_empty_one(w, heads, q_block, kbp, 0.5, q_block + kbp));
         w.request_lse();
-        expect_on_kernel(w, "prefill-mma", kTolHalf);
+        expect_on_kernel(w, "prefill-mma");
       }
 }
 
@@ -582,11 +582,11 @@ TEST_F(AttentionCudaTensorCores, PrefillQRowsLikeDeltaCorrection) {
   Workload w(half_spec(8, 2, 128, 32, kLongPrefillLens, kBF16, 9, SIEVE_PHASE_PREFILL, kLongPrefillNew));
   w.set_q_rows(delta_anchor_rows(w));
   w.request_lse();
-  expect_on_kernel(w, "row-mma", kTolHalf);
+  expect_on_kernel(w, "row-mma");
   w.set_selection(SIEVE_SEL_PER_KV_HEAD, 16, 1, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 16, 1, 0.5, 4));
   CudaAttentionOptions opt;
   opt.kv_splits = 3;
-  expect_on_kernel(w, "row-mma", kTolHalf, opt);
+  expect_on_kernel(w, "row-mma", opt);
 }
 
 TEST_F(AttentionCudaTensorCores, BadEntriesAreSkippedAndReported) {
@@ -624,7 +624,7 @@ TEST_F(AttentionCudaTensorCores, CapturesIntoACudaGraph) {
     std::string err;
     ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;  // first use sets the device up
     ASSERT_NO_FATAL_FAILURE(call.run_captured(stream_, {}, &err));
-    expect_outputs_match(w, kTolHalf);
+    expect_outputs_match(w);
   }
 }
 

@@ -26,17 +26,17 @@ using kernels::CpuAttentionOptions;
 using reference::Workload;
 using reference::WorkloadSpec;
 
-using namespace attention_test;  // tolerances, case lists, the cases the CUDA kernel runs too
+using namespace attention_test;  // case lists, the cases the CUDA kernel runs too
 
 // Runs attend_cpu on poisoned outputs and checks every output against the f64 reference.
-void expect_matches_reference(Workload& w, double tol, const CpuAttentionOptions& opt = {}) {
+void expect_matches_reference(Workload& w, const CpuAttentionOptions& opt = {}) {
   w.poison_outputs();
   std::string err;
   ASSERT_EQ(attend_cpu(w.args, opt, &err), SIEVE_OK) << err;
-  expect_outputs_match(w, tol);
+  expect_outputs_match(w);
 }
 // The same with the default options, for the shared cases.
-void expect_on_cpu(Workload& w, double tol) { expect_matches_reference(w, tol); }
+void expect_on_cpu(Workload& w) { expect_matches_reference(w); }
 
 // ---- inner loops ----------------------------------------------------------------------------
 
@@ -57,23 +57,33 @@ TEST(AttentionCpuLoops, ScoreAndAccumulateRows) {
   for (int d : {1, 7, 64})
     for (int nk : {0, 1, 3, 4, 5, 9}) {
       const size_t ud = static_cast<size_t>(d), unk = static_cast<size_t>(nk);
-      std::vector<float> q(ud), keys(unk * ud), p(unk), s(unk), acc(ud), want(ud);
+      std::vector<float> q(ud), keys(unk * ud), p(unk), s(unk), acc(ud);
+      std::vector<double> want(ud);
       for (float& x : q) x = normal(rng);
       for (float& x : keys) x = normal(rng);
       for (float& x : p) x = normal(rng);
       for (int i = 0; i < d; ++i) want[size_t(i)] = acc[size_t(i)] = normal(rng);
       kernels::cpu::score_row(q.data(), keys.data(), nk, d, s.data());
       kernels::cpu::accumulate_row(p.data(), keys.data(), nk, d, acc.data());
+      // f32 sums in any order (vector lanes, FMA) against f64: gamma(terms) x sum |terms|.
+      std::vector<double> acc_abs(ud);
+      for (int i = 0; i < d; ++i) acc_abs[size_t(i)] = std::abs(want[size_t(i)]);
       for (int k = 0; k < nk; ++k) {
-        double dot = 0;
+        double dot = 0, dot_abs = 0;
         for (int i = 0; i < d; ++i) {
-          dot += double(q[size_t(i)]) * keys[size_t(k * d + i)];
-          want[size_t(i)] += p[size_t(k)] * keys[size_t(k * d + i)];
+          const double qk = double(q[size_t(i)]) * keys[size_t(k * d + i)];
+          const double pv = double(p[size_t(k)]) * keys[size_t(k * d + i)];
+          dot += qk;
+          dot_abs += std::abs(qk);
+          want[size_t(i)] += pv;
+          acc_abs[size_t(i)] += std::abs(pv);
         }
-        EXPECT_NEAR(s[size_t(k)], dot, 1e-5 * (1 + std::abs(dot))) << "d " << d << " nk " << nk;
+        EXPECT_NEAR(s[size_t(k)], dot, tolerance::gamma(d, tolerance::kF32) * dot_abs)
+            << "d " << d << " nk " << nk;
       }
       for (int i = 0; i < d; ++i)
-        EXPECT_NEAR(acc[size_t(i)], want[size_t(i)], 1e-5 * (1 + std::abs(want[size_t(i)])));
+        EXPECT_NEAR(acc[size_t(i)], want[size_t(i)],
+                    tolerance::gamma(nk + 1, tolerance::kF32) * acc_abs[size_t(i)]);
     }
 }
 
@@ -85,7 +95,7 @@ TEST(AttentionCpuDecode, GqaGroups) {
     Workload w(make_spec(8, hkv, 64, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, 10 + hkv));
     w.request_lse();
     w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
-    expect_matches_reference(w, kTolF32);
+    expect_matches_reference(w);
   }
 }
 
@@ -96,7 +106,7 @@ TEST(AttentionCpuDecode, HeadDimsAndPageSizes) {
       Workload w(make_spec(4, 2, d, ps, {1, ps - 1, ps + 1, 3 * ps + 5}, SIEVE_PHASE_DECODE, {},
                            uint64_t(d * 100 + ps)));
       w.request_lse();
-      expect_matches_reference(w, kTolF32);
+      expect_matches_reference(w);
     }
 }
 
@@ -109,13 +119,13 @@ TEST(AttentionCpuDecode, StorageDtypes) {
       Workload w(s);
       w.request_lse();
       w.request_stats(SIEVE_STATS_PAGE_MASS_ALL_HEADS);
-      expect_matches_reference(w, kTolF32);
+      expect_matches_reference(w);
     }
     {  // everything in the half type
       WorkloadSpec s = make_spec(8, 2, 128, 32, kDecodeLens, SIEVE_PHASE_DECODE, {}, 3);
       s.kv_dtype = s.q_dtype = s.out_dtype = kv;
       Workload w(s);
-      expect_matches_reference(w, kTolHalf);
+      expect_matches_reference(w);
     }
   }
 }
@@ -131,25 +141,26 @@ TEST(AttentionCpuDecode, SplitKvMergesByLogSumExp) {
       CpuAttentionOptions opt;
       opt.threads = threads;
       opt.kv_splits = splits;
-      expect_matches_reference(w, kTolF32, opt);
+      expect_matches_reference(w, opt);
     }
   // Automatic: a single (sequence, KV head) with 2 threads splits on its own.
   Workload w(make_spec(8, 1, 64, 16, {2000}));
   CpuAttentionOptions opt;
   opt.threads = 2;
-  expect_matches_reference(w, kTolF32, opt);
+  expect_matches_reference(w, opt);
 }
 
 TEST(AttentionCpuDecode, BlockSelections) { decode_block_selections(expect_on_cpu); }
 
 TEST(AttentionCpuDecode, SelectionOfEveryBlockEqualsDense) {
   Workload w(make_spec(8, 2, 64, 16, kDecodeLens));
-  expect_matches_reference(w, kTolF32);
+  expect_matches_reference(w);
   const HostTensor dense = w.out;
   reference::SelectionRows all = w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 1, 2, 1.0, 1);
   w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 2, all);
-  expect_matches_reference(w, kTolF32);
-  for (int64_t i = 0; i < dense.numel(); ++i) ASSERT_NEAR(w.out.get(i), dense.get(i), 1e-6);
+  expect_matches_reference(w);
+  // The same pages in the same order through the same loops: the same roundings, bit for bit.
+  for (int64_t i = 0; i < dense.numel(); ++i) ASSERT_EQ(w.out.get(i), dense.get(i)) << i;
 }
 
 TEST(AttentionCpuDecode, EverySelectionRowEmpty) {
@@ -176,7 +187,7 @@ TEST(AttentionCpuPrefill, GqaGroupsHeadDimsPageSizes) {
       w.request_lse();
       CpuAttentionOptions opt;
       opt.use_blas = blas;
-      expect_matches_reference(w, kTolF32, opt);
+      expect_matches_reference(w, opt);
     }
 }
 
@@ -187,12 +198,12 @@ TEST(AttentionCpuPrefill, StorageDtypes) {
     s.kv_dtype = kv;
     {
       Workload w(s);
-      expect_matches_reference(w, kTolF32);
+      expect_matches_reference(w);
     }
     s.q_dtype = s.out_dtype = kv;
     Workload w(s);
     w.request_lse();
-    expect_matches_reference(w, kTolHalf);
+    expect_matches_reference(w);
   }
 }
 
@@ -202,22 +213,22 @@ TEST(AttentionCpuPrefill, QRowsLikeDeltaCorrection) {
   Workload w(make_spec(8, 2, 64, 32, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew));
   w.set_q_rows(delta_anchor_rows(w));
   w.request_lse();
-  expect_matches_reference(w, kTolF32);
+  expect_matches_reference(w);
   // Sparse rows of a block selection.
   w.set_selection(SIEVE_SEL_PER_Q_HEAD, 16, 1,
                   w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 16, 1, 0.5, 4));
-  expect_matches_reference(w, kTolF32);
+  expect_matches_reference(w);
 }
 
 TEST(AttentionCpuPrefill, ThreadCountDoesNotChangeTheResult) {
   Workload w(make_spec(8, 2, 64, 16, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew));
   CpuAttentionOptions one;
   one.threads = 1;
-  expect_matches_reference(w, kTolF32, one);
+  expect_matches_reference(w, one);
   const HostTensor serial = w.out;
   CpuAttentionOptions two;
   two.threads = 2;
-  expect_matches_reference(w, kTolF32, two);
+  expect_matches_reference(w, two);
   // Same tiles, same arithmetic per row: bit-identical whichever thread ran a tile.
   for (int64_t i = 0; i < serial.numel(); ++i)
     ASSERT_EQ(w.out.get(i), serial.get(i)) << "element " << i;

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/attention_tolerance.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/fidelity.hpp"
@@ -69,9 +70,11 @@ TEST(AttentionReference, DecodeMatchesHandComputedSoftmax) {
   const RefAttention r = attend_reference(x.w.args);
   double out[2], lse;
   x.expected(q, 3, out, &lse);
-  EXPECT_NEAR(r.out[0], out[0], 1e-12);
-  EXPECT_NEAR(r.out[1], out[1], 1e-12);
-  EXPECT_NEAR(r.lse[0], lse, 1e-12);
+  // Two f64 computations of the same softmax: each within the f64 arithmetic's bound.
+  const auto f64 = tolerance::attention_bound(x.w, tolerance::kF64);
+  EXPECT_NEAR(r.out[0], out[0], 2 * f64.element);
+  EXPECT_NEAR(r.out[1], out[1], 2 * f64.element);
+  EXPECT_NEAR(r.lse[0], lse, 2 * f64.lse);
 }
 
 TEST(AttentionReference, PrefillIsCausal) {
@@ -80,12 +83,13 @@ TEST(AttentionReference, PrefillIsCausal) {
   for (int t = 0; t < 3; ++t)
     for (int i = 0; i < 2; ++i) x.w.q.set(t * 2 + i, q[t][i]);
   const RefAttention r = attend_reference(x.w.args);
+  const auto f64 = tolerance::attention_bound(x.w, tolerance::kF64);  // as above
   for (int t = 0; t < 3; ++t) {
     double out[2], lse;
     x.expected(q[t], t + 1, out, &lse);  // query t sees keys 0..t
-    EXPECT_NEAR(r.out[size_t(t) * 2], out[0], 1e-12) << t;
-    EXPECT_NEAR(r.out[size_t(t) * 2 + 1], out[1], 1e-12) << t;
-    EXPECT_NEAR(r.lse[size_t(t)], lse, 1e-12) << t;
+    EXPECT_NEAR(r.out[size_t(t) * 2], out[0], 2 * f64.element) << t;
+    EXPECT_NEAR(r.out[size_t(t) * 2 + 1], out[1], 2 * f64.element) << t;
+    EXPECT_NEAR(r.lse[size_t(t)], lse, 2 * f64.lse) << t;
   }
   EXPECT_DOUBLE_EQ(r.out[0], 1.0);  // the first query sees only key 0: out = v0
   EXPECT_DOUBLE_EQ(r.out[1], 2.0);
@@ -102,7 +106,8 @@ TEST(AttentionReference, SelectionRestrictsTheKeys) {
   const RefAttention r = attend_reference(x.w.args, opt);
   EXPECT_DOUBLE_EQ(r.out[0], -2.0);
   EXPECT_DOUBLE_EQ(r.out[1], 5.0);
-  EXPECT_NEAR(r.lse[0], 0.5 * (0.7 + 0.1), 1e-7);
+  // One key: lse is its logit 0.5 q.k (q as stored, f32), to the f64 arithmetic's bound.
+  EXPECT_NEAR(r.lse[0], 0.5 * (double(q[0]) + q[1]), tolerance::attention_bound(x.w, tolerance::kF64).lse);
   EXPECT_THAT(std::vector<double>(r.prob_row(0, 0).begin(), r.prob_row(0, 0).end()),
               ::testing::ElementsAre(0.0, 0.0, 1.0));
   EXPECT_THAT(reference::attended_keys(x.w.args, 0, 0), ::testing::ElementsAre(0, 0, 1));
@@ -128,15 +133,19 @@ TEST(AttentionReference, PageMassDefinition) {
       const auto p0 = r.prob_row(token, 2 * g), p1 = r.prob_row(token, 2 * g + 1);
       for (size_t t = 0; t < p0.size(); ++t) page_sum[t / 4] += std::max(p0[t], p1[t]);
       const int32_t first = w.kv_indptr.data<int32_t>()[b];
+      // The same f64 probabilities summed over a page's 4 tokens, maybe in another order.
       for (int32_t p = 0; p < w.pages(b); ++p)
-        EXPECT_NEAR(r.page_mass[size_t(first + p) * 2 + g], page_sum[p], 1e-12);
+        EXPECT_NEAR(r.page_mass[size_t(first + p) * 2 + g], page_sum[p],
+                    2 * tolerance::gamma(4, tolerance::kF64) * page_sum[p]);
     }
-  // Σ_t max_h p_h(t) lies between 1 (one head's mass) and the group size.
+  // Σ_t max_h p_h(t) lies between 1 (one head's mass) and the group size, to the f64 rounding of
+  // the probabilities (softmax_sum's relative bound) and of the 10-term sum.
+  const double f64 = tolerance::attention_bound(w, tolerance::kF64).relative + tolerance::gamma(10, tolerance::kF64);
   for (int32_t g = 0; g < 2; ++g) {
     double total = 0;
     for (int32_t p = 0; p < w.pages(0); ++p) total += r.page_mass[size_t(p) * 2 + g];
-    EXPECT_GE(total, 1.0 - 1e-12);
-    EXPECT_LE(total, 2.0 + 1e-12);
+    EXPECT_GE(total, 1.0 - f64);
+    EXPECT_LE(total, 2.0 * (1 + f64));
   }
 }
 
@@ -156,7 +165,8 @@ TEST(AttentionFidelity, CompareOutputFindsTheWorstRow) {
   Workload w(s);
   const RefAttention r = attend_reference(w.args);
   for (size_t i = 0; i < r.out.size(); ++i) w.out.set(int64_t(i), float(r.out[i]));
-  EXPECT_LE(reference::compare_output(r, w.out.dl()).max_row_rel, 1e-6);
+  // Each element rounded once to f32: |fl(x) - x| <= u |x|, so every row within u relatively.
+  EXPECT_LE(reference::compare_output(r, w.out.dl()).max_row_rel, tolerance::kF32);
   w.out.set((int64_t(1) * 8 + 5) * 64 + 3, 100.f);  // token 1, head 5
   const reference::OutputError e = reference::compare_output(r, w.out.dl());
   EXPECT_EQ(e.worst_token, 1);
@@ -172,11 +182,13 @@ TEST(AttentionFidelity, AttentionRecall) {
   s.kv_lens = {200, 77};
   s.page_size = 16;
   Workload w(s);
-  EXPECT_NEAR(reference::attention_recall(w.args), 1.0, 1e-12);  // dense
+  // Attended mass / total mass, f64 sums of at most 200 probabilities each.
+  const double f64 = tolerance::kSafety * tolerance::gamma(2 * 200, tolerance::kF64);
+  EXPECT_NEAR(reference::attention_recall(w.args), 1.0, f64);  // dense
 
   w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 1,
                   w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 1, 1, 1.0, 1));
-  EXPECT_NEAR(reference::attention_recall(w.args), 1.0, 1e-12);  // every block
+  EXPECT_NEAR(reference::attention_recall(w.args), 1.0, f64);  // every block
 
   w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 1,
                   reference::SelectionRows(size_t(w.selection_rows(SIEVE_SEL_PER_KV_HEAD, 1))));

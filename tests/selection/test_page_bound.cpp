@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "common/tolerance.hpp"
 #include "mocks/fake_paged_kv.hpp"
 #include "mocks/mock_kv_store.hpp"
 #include "support/layer_call.hpp"
@@ -48,7 +49,9 @@ TEST(PageBound, NeverBelowTheTrueMaxLogitOfAPage) {
       for (int32_t c = 0; c < d; ++c)
         mag += std::abs(double(q[size_t(c)])) * std::max(std::abs(mn[size_t(c)]), std::abs(mx[size_t(c)]));
       const float bound = sel::page_bound(q.data(), mn.data(), mx.data(), d);
-      const double tol = 1e-6 * mag * d;  // f32 summation error only
+      // The bound is a d-term f32 sum of products each at most |q_c| max(|mn_c|, |mx_c|): off by
+      // at most gamma_d x mag in any order (the truth is f64).
+      const double tol = sieve::tolerance::gamma(d, sieve::tolerance::kF32) * mag;
       ASSERT_GE(double(bound), truth - tol) << "d=" << d << " tokens=" << tokens << " iter " << iter;
       if (tokens == 1) {
         ASSERT_NEAR(double(bound), truth, tol) << "a one-token page's bound is its logit";

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/attention_tolerance.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/long_context.hpp"
 #include "sieve/reference/workload.hpp"
@@ -137,6 +138,20 @@ struct DeltaScenario {
     return worst_element(got, want, err);
   }
   std::vector<double> output() const { return workload_output(w); }
+
+  // The error bound of a corrected element against `expected`: the anchor rows' dense attention
+  // is a core-kernel call (attention_bound: f32 sums; with 16-bit q and K/V the CUDA tensor cores
+  // round the weights to that dtype, allowed for both backends); the rule then adds and subtracts
+  // (interpolation: blends two anchors' deltas) outputs each at most max |v| in f32, at most 8
+  // roundings of terms summing to <= 4 max |v|; the result, |o| <= 3 max |v|, is stored in the
+  // output dtype.
+  double rule_bound() const {
+    const DLDataType kv = w.spec.kv_dtype;
+    const double u16 = kv.bits == 16 ? tolerance::unit_roundoff(kv) : 0;
+    const double v = tolerance::magnitudes(w).value;
+    return tolerance::attention_bound(w, tolerance::kF32, u16).element +
+           tolerance::gamma(8, tolerance::kF32) * 4 * v + tolerance::unit_roundoff(w.spec.out_dtype) * 3 * v;
+  }
 
   reference::Workload w;
   sieve_geometry geometry{};

@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/attention_tolerance.hpp"
 #include "sieve/reference/long_context.hpp"
 #include "sieve/reference/workload.hpp"
 #include "support/layer_call.hpp"
@@ -198,6 +201,43 @@ inline std::vector<double> plain_shares(const std::string& est, const std::vecto
   }
   for (double& x : w) x /= z;
   return w;
+}
+
+// The relative error bound of the plugin's f32 share of a tile (CPU or CUDA, any order): the
+// estimator's logits are head_dim-term dot products (xattn: S of them summed), pushed into the
+// tile's log-sum-exp (at most block x block of them), then summed over the row's candidates (at
+// most kv_len): tolerance::softmax_sum with those lengths, logits bounded by the workload's norms.
+inline double share_error(const DpxaScenario& sc, const DpxaArgs& a) {
+  const auto m = tolerance::magnitudes(sc.w);
+  const int64_t S = a.stride ? a.stride : a.estimator == "xattn" ? 8 : 4;
+  const int64_t dot = a.estimator == "xattn" ? S * m.head_dim : m.head_dim;
+  return tolerance::softmax_sum(a.block * a.block + m.keys, dot, m.logit, tolerance::kF32);
+}
+
+// A selection row against the f64 shares w: every forced block kept, and, to the plugin's
+// rounding of the shares (share_error; twice: the shares, and its f32 running sum of them), the
+// kept mass covers tau, the set is minimal and a top set (no dropped block outweighs a kept one).
+// Returns whether the row dropped a block.
+inline bool expect_greedy_cover(const std::vector<double>& w, const std::set<int32_t>& kept,
+                                const std::function<bool(int32_t)>& forced, double tau,
+                                double share_error, int32_t row) {
+  const double margin = 2 * share_error;
+  double mass = 0, min_kept = 2, max_dropped = -1;
+  for (int32_t j = 0; j < int32_t(w.size()); ++j) {
+    if (kept.count(j)) mass += w[size_t(j)];
+    if (forced(j)) {
+      EXPECT_TRUE(kept.count(j)) << "forced block " << j << " row " << row;
+      continue;
+    }
+    if (kept.count(j)) min_kept = std::min(min_kept, w[size_t(j)]);
+    else max_dropped = std::max(max_dropped, w[size_t(j)]);
+  }
+  EXPECT_GE(mass, std::min(tau, 1.0) - margin) << "row " << row;
+  if (min_kept <= 1) {
+    EXPECT_LT(mass - min_kept, tau + margin) << "not minimal, row " << row;
+    EXPECT_LE(max_dropped, min_kept + margin) << "not a top set, row " << row;
+  }
+  return max_dropped >= 0;
 }
 
 // The worst |got - want| / (1 + |want|) over two outputs (a non-finite value counts as infinite).

@@ -23,6 +23,7 @@
 namespace {
 
 using namespace sieve::testing;
+namespace tolerance = sieve::tolerance;
 using ::testing::HasSubstr;
 using ::testing::NiceMock;
 using Rows = std::vector<std::vector<int32_t>>;
@@ -134,6 +135,7 @@ TEST_F(Dpxa, SelectionMatchesPlainRecomputation) {
       a.tau = tau;
       const Rows rows = select(sc, a);
       const int32_t S = std::string(est) == "xattn" ? 8 : 4;
+      const double rounding = share_error(sc, a);
       int32_t row = 0, pruned = 0;
       for (int32_t b = 0; b < sc.w.batch; ++b) {
         for (int32_t t = 0; t < sc.query_blocks(b, B); ++t) {
@@ -142,23 +144,9 @@ TEST_F(Dpxa, SelectionMatchesPlainRecomputation) {
             const auto k = sc.keys(b, h / (sc.g.n_q_heads / sc.g.n_kv_heads));
             const auto w = plain_shares(est, q, k, B, t, S, 0.75);
             const auto f = forced_blocks(sc, b, B, t);
-            std::set<int32_t> kept(rows[row].begin(), rows[row].end());
-            double mass = 0, min_kept = 2, max_dropped = -1;
-            for (int32_t j = 0; j < int32_t(w.size()); ++j) {
-              if (kept.count(j)) mass += w[j];
-              if (f.count(j)) {
-                EXPECT_TRUE(kept.count(j)) << "forced block " << j << " row " << row;
-                continue;
-              }
-              if (kept.count(j)) min_kept = std::min(min_kept, w[j]);
-              else max_dropped = std::max(max_dropped, w[j]);
-            }
-            if (max_dropped >= 0) ++pruned;
-            EXPECT_GE(mass, std::min(tau, 1.0) - 1e-5) << "row " << row;
-            if (min_kept <= 1) {
-              EXPECT_LT(mass - min_kept, tau + 1e-5) << "not minimal, row " << row;
-              EXPECT_LE(max_dropped, min_kept + 1e-6) << "not a top set, row " << row;
-            }
+            const std::set<int32_t> kept(rows[row].begin(), rows[row].end());
+            pruned += expect_greedy_cover(w, kept, [&](int32_t j) { return f.count(j) > 0; }, tau,
+                                          rounding, row);
           }
         }
       }
@@ -318,7 +306,11 @@ TEST(DpxaCalibrate, ReachesTargetOnCalibrationData) {
       r.mass.assign(mass.begin() + s.row_start[t], mass.begin() + s.row_start[t + 1]);
       double sum = 0;
       for (double m : r.mass) sum += m;
-      EXPECT_NEAR(sum, 1.0, 1e-9) << "exact tile masses of a row sum to 1";
+      // f64 sums: the row's normaliser (768 terms) and its 32 x 768 probabilities gathered into
+      // tiles and summed here.
+      EXPECT_NEAR(sum, 1.0,
+                  tolerance::kSafety * tolerance::gamma(2 * 768 + B * 768, tolerance::kF64))
+          << "exact tile masses of a row sum to 1";
       rows.push_back(std::move(r));
     }
     for (double target : {0.8, 0.9, 0.97}) {
@@ -327,7 +319,7 @@ TEST(DpxaCalibrate, ReachesTargetOnCalibrationData) {
       SCOPED_TRACE(::testing::Message() << sieve::dpxa::estimator_name(est) << " target " << target
                                         << " tau " << tau);
       EXPECT_GE(got, target);
-      EXPECT_NEAR(got, sieve::dpxa::mass_recall(rows, tau), 1e-12);
+      EXPECT_EQ(got, sieve::dpxa::mass_recall(rows, tau)) << "the same call on the same rows";
       if (tau > 0.001f) {
         EXPECT_LT(sieve::dpxa::mass_recall(rows, tau - 0.001f), target);
       }
@@ -383,14 +375,16 @@ TEST(DpxaChains, ThroughTheLayerRunnerOnSimilarKeys) {
   auto run = [&](const std::string& text) { return run_chain(s, text, reg); };
   const SyntheticReport all = run("prefill:*=dpxa(block=32,tau=1)");
   EXPECT_LT(all.rel_err, 1e-5);
-  EXPECT_NEAR(all.attended_fraction, 1.0, 1e-9);
+  EXPECT_DOUBLE_EQ(all.attended_fraction, 1.0) << "a mean of ratios of equal key counts";
   for (const char* est : {"dpxa", "xattn", "stride"}) {
     SCOPED_TRACE(est);
     const SyntheticReport lo = run(std::string("prefill:*=dpxa(block=32,tau=0.5,estimator=") + est + ")");
     const SyntheticReport hi = run(std::string("prefill:*=dpxa(block=32,tau=0.95,estimator=") + est + ")");
     EXPECT_LT(lo.attended_fraction, hi.attended_fraction);
     EXPECT_LT(hi.attended_fraction, 0.999) << "tau 0.95 must drop some tile at 512 tokens";
-    EXPECT_LE(lo.recall, hi.recall + 1e-9);
+    // lo keeps a prefix of hi's greedy order: a subset, so less f64 mass (512-term sums, a mean
+    // over the rows).
+    EXPECT_LE(lo.recall, hi.recall + tolerance::kSafety * tolerance::gamma(2 * 512, tolerance::kF64));
     EXPECT_GT(hi.recall, 0.7);
     EXPECT_GT(lo.rel_err, hi.rel_err);
     EXPECT_EQ(hi.hook_allocations, 0u);
