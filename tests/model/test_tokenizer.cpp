@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "model_files.hpp"
-#include "sieve/model/llama2c.hpp"
+#include "sieve/util/file_input.hpp"
 #include "sieve/model/tokenizer.hpp"
 #include "sieve/util/error.hpp"
 
@@ -56,7 +56,7 @@ TEST(Tokenizer, MergesPreferHigherScores) {
 }
 
 TEST(Tokenizer, RefusesMalformedFiles) {
-  const std::vector<std::byte> good = sieve::model::read_file_bytes(sieve::test::default_tokenizer_path());
+  const std::vector<std::byte> good = sieve::read_file(sieve::test::default_tokenizer_path(), "tokenizer", 1 << 20);
   std::vector<std::byte> cut(good.begin(), good.end() - 3);
   try {
     Tokenizer::parse(cut, 512, "cut.bin");
