@@ -30,6 +30,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 B=build-device-all
+# The GPU image has no libboost_program_options: the CLI (and the SDK test's installed CLI) run
+# with the carried Debian library (.devdeps, see docs/bench/README.md) on the loader path.
+if [ -d "$PWD/.devdeps/usr/lib/x86_64-linux-gnu" ]; then
+  export LD_LIBRARY_PATH="$PWD/.devdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 [ $fresh = 1 ] && rm -rf $B
 LOG="$OUT/build.log"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1; date -u; } > "$LOG" 2>&1

@@ -99,7 +99,11 @@ Ceilings measure_gpu_ceilings() {
   c.sm_count = prop.multiProcessorCount;
   c.l2_bytes = double(prop.l2CacheSize);
   std::string err;
-  c.copy_gbs = measure_copy_gbs(size_t(4) << 30, 20, &err);  // 4 GiB: far past L2
+  c.read_gbs = measure_read_gbs(size_t(4) << 30, 20, ReadPath::kLoads, &err);  // 4 GiB: far past L2
+  c.bulk_read_gbs = measure_read_gbs(size_t(4) << 30, 20, ReadPath::kBulk, &err);
+  c.paged8_read_gbs = measure_read_gbs(size_t(4) << 30, 20, ReadPath::kPaged8, &err);
+  c.paged1_read_gbs = measure_read_gbs(size_t(4) << 30, 20, ReadPath::kPaged1, &err);
+  c.copy_gbs = measure_copy_gbs(size_t(4) << 30, 20, &err);
   c.mma_tflops = measure_bf16_gemm_tflops(8192, 20, &err);
   c.mma_sync_tflops = measure_mma_sync_tflops(c.sm_count, &err);
   if (!err.empty()) c.device += " (ceiling failed: " + err + ")";
@@ -288,6 +292,7 @@ void run_gpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
   const double s = out.t.median_ms * 1e-3;
   state.counters["GB/s"] = out.work.bytes() / s / 1e9;
   state.counters["TFLOP/s"] = out.work.flops / s / 1e12;
+  if (g_ceilings.read_gbs > 0) state.counters["of_read"] = out.work.bytes() / s / 1e9 / g_ceilings.read_gbs;
   if (g_ceilings.copy_gbs > 0) state.counters["of_copy"] = out.work.bytes() / s / 1e9 / g_ceilings.copy_gbs;
   if (g_ceilings.mma_tflops > 0) state.counters["of_mma"] = out.work.flops / s / 1e12 / g_ceilings.mma_tflops;
   state.counters["median_us"] = out.t.median_ms * 1e3;

@@ -63,6 +63,99 @@ __global__ void mma_peak_kernel(float* sink, int iters) {
   if (s == 1234.5f) sink[threadIdx.x] = s;  // keeps the loop; practically never taken
 }
 
+// Read-only stream: every thread keeps kReadUnroll independent 16-byte loads in flight (grid
+// stride, so each warp's loads are 512 contiguous bytes), XOR-folds them, and stores the fold only
+// when it equals a constant it practically never equals: the loads cannot be dropped, and almost
+// nothing is written.
+constexpr int kReadUnroll = 8;
+__global__ void read_stream_kernel(const uint4* __restrict__ p, int64_t n, uint32_t* sink) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  uint32_t fold = 0;
+  for (; i + (kReadUnroll - 1) * stride < n; i += kReadUnroll * stride) {
+    uint4 v[kReadUnroll];
+#pragma unroll
+    for (int u = 0; u < kReadUnroll; ++u) v[u] = __ldcs(p + i + u * stride);  // streaming: evict first
+#pragma unroll
+    for (int u = 0; u < kReadUnroll; ++u) fold ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = __ldcs(p + i);
+    fold ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (fold == 0x9E3779B9u) sink[0] = fold;
+}
+
+// Read-only stream in a paged KV layout's pattern: CTA b reads chunk k of its stream at
+// ((b / heads) * chunks + k) * heads + b % heads (chunks of kChunk16 16-byte vectors: 4 KB, one
+// KV head's K of a page of 16 bf16 keys at head_dim 128; heads = 8: every page holds 8 heads, so
+// a CTA reads 4 KB of every 32 KB, as the decode kernel's CTA per KV head does; heads = 1: one
+// contiguous stream per CTA). 256 threads, kReadUnroll chunks in flight per CTA.
+constexpr int kChunk16 = 256;
+__global__ void __launch_bounds__(256) read_paged_kernel(const uint4* __restrict__ p, int64_t chunks, int heads,
+                                                        uint32_t* sink) {
+  const int64_t base = int64_t(blockIdx.x / heads) * chunks * heads + blockIdx.x % heads;
+  uint32_t fold = 0;
+  int64_t k = 0;
+  for (; k + kReadUnroll <= chunks; k += kReadUnroll) {
+    uint4 v[kReadUnroll];
+#pragma unroll
+    for (int u = 0; u < kReadUnroll; ++u) v[u] = __ldcs(p + (base + (k + u) * heads) * kChunk16 + threadIdx.x);
+#pragma unroll
+    for (int u = 0; u < kReadUnroll; ++u) fold ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; k < chunks; ++k) {
+    const uint4 v = __ldcs(p + (base + k * heads) * kChunk16 + threadIdx.x);
+    fold ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (fold == 0x9E3779B9u) sink[0] = fold;
+}
+
+// The same bytes through the bulk-copy engine (cp.async.bulk, sm_90): one thread per CTA keeps
+// kBulkStages chunks of kBulkChunk bytes in flight into shared memory, each completing on its own
+// mbarrier, and folds one word of each chunk that lands. Shows whether the copy engine reads
+// faster than per-thread loads (the decode kernel can use either).
+constexpr int kBulkStages = 6;
+constexpr int kBulkChunk = 32 << 10;
+__global__ void read_bulk_kernel(const char* __restrict__ p, int64_t chunks, uint32_t* sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char buf[];
+  __shared__ __align__(8) uint64_t bar[kBulkStages];
+  if (threadIdx.x != 0) return;
+  auto addr = [](const void* q) { return static_cast<uint32_t>(__cvta_generic_to_shared(q)); };
+  for (int s = 0; s < kBulkStages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(addr(&bar[s])));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  auto issue = [&](int64_t c, int s) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(addr(&bar[s])), "r"(kBulkChunk) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     addr(buf + size_t(s) * kBulkChunk)),
+                 "l"(p + c * kBulkChunk), "r"(kBulkChunk), "r"(addr(&bar[s]))
+                 : "memory");
+  };
+  const int64_t step = gridDim.x;
+  for (int s = 0; s < kBulkStages; ++s)
+    if (blockIdx.x + s * step < chunks) issue(blockIdx.x + s * step, s);
+  uint32_t fold = 0;
+  for (int64_t k = 0;; ++k) {
+    const int64_t c = blockIdx.x + k * step;
+    if (c >= chunks) break;
+    const int s = int(k % kBulkStages);
+    const uint32_t parity = uint32_t(k / kBulkStages) & 1u;
+    uint32_t done = 0;
+    while (!done)
+      asm volatile("{ .reg .pred q; mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2; selp.u32 %0, 1, 0, q; }"
+                   : "=r"(done)
+                   : "r"(addr(&bar[s])), "r"(parity)
+                   : "memory");
+    fold ^= reinterpret_cast<const uint32_t*>(buf + size_t(s) * kBulkChunk)[k & 1023];
+    if (c + kBulkStages * step < chunks) issue(c + kBulkStages * step, s);
+  }
+  if (fold == 0x9E3779B9u) sink[0] = fold;
+#else
+  if (threadIdx.x == 0 && blockIdx.x == 0) sink[0] = 0xFFFFFFFFu;  // not built for this device: marks the run
+#endif
+}
+
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : double(v[v.size() / 2]);
@@ -110,6 +203,59 @@ double measure_copy_gbs(size_t bytes, int reps, std::string* error) {
     return -1;
   }
   return 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e9;
+}
+
+double measure_read_gbs(size_t bytes, int reps, ReadPath path, std::string* error) {
+  const bool bulk = path == ReadPath::kBulk;
+  void* a = nullptr;
+  uint32_t* sink = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  std::vector<float> ms;
+  int dev = 0, sms = 0;
+  double moved = 0;
+  bytes = bytes / kBulkChunk * kBulkChunk;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaMalloc(&a, bytes);
+  if (e == cudaSuccess) e = cudaMalloc(&sink, 4);
+  if (e == cudaSuccess) e = cudaMemset(sink, 0, 4);
+  if (e == cudaSuccess) e = fill_device_random(a, kF32, int64_t(bytes / 4), 13, 1.f, nullptr);
+  const size_t bulk_smem = size_t(kBulkStages) * kBulkChunk;
+  if (e == cudaSuccess && bulk)
+    e = cudaFuncSetAttribute(read_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bulk_smem));
+  if (e == cudaSuccess) e = cudaEventCreate(&e0);
+  if (e == cudaSuccess) e = cudaEventCreate(&e1);
+  for (int i = 0; i < reps + 2 && e == cudaSuccess; ++i) {
+    e = cudaEventRecord(e0);
+    if (bulk) {
+      read_bulk_kernel<<<unsigned(sms), 32, bulk_smem>>>(static_cast<const char*>(a), int64_t(bytes / kBulkChunk), sink);
+    } else if (path == ReadPath::kLoads) {
+      read_stream_kernel<<<unsigned(sms) * 8, 256>>>(static_cast<const uint4*>(a), int64_t(bytes / 16), sink);
+    } else {  // 2 CTAs per SM, rounded down to whole pages of 8 heads: the decode grid's shape
+      const int heads = path == ReadPath::kPaged8 ? 8 : 1;
+      const int64_t ctas = int64_t(2 * sms) / 8 * 8;
+      const int64_t chunks = int64_t(bytes / (kChunk16 * 16)) / ctas;
+      read_paged_kernel<<<unsigned(ctas), 256>>>(static_cast<const uint4*>(a), chunks, heads, sink);
+      if (i == 0) moved = double(chunks * ctas) * kChunk16 * 16;
+    }
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaEventRecord(e1);
+    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+    float t = 0;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
+    if (i >= 2) ms.push_back(t);  // two warm-ups
+  }
+  uint32_t mark = 0;
+  if (e == cudaSuccess) e = cudaMemcpy(&mark, sink, 4, cudaMemcpyDeviceToHost);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(sink);
+  if (e != cudaSuccess || mark == 0xFFFFFFFFu) {
+    if (error) *error = e != cudaSuccess ? cuda_error("read bandwidth", e) : "bulk read: not built for this device";
+    return -1;
+  }
+  return (moved > 0 ? moved : double(bytes)) / (median(ms) * 1e-3) / 1e9;
 }
 
 double measure_bf16_gemm_tflops(int n, int reps, std::string* error) {

@@ -19,6 +19,18 @@ cudaError_t fill_device_random(void* p, DLDataType dt, int64_t n, uint64_t seed,
 // (read + written bytes) / s / 1e9. Returns < 0 and sets *error on a CUDA failure.
 double measure_copy_gbs(size_t bytes, int reps, std::string* error);
 
+// Read-only bandwidth: a kernel that reads `bytes` (random data) once and writes nothing of
+// size, median of `reps` after warm-up: bytes read / s / 1e9. A read-only stream runs faster than
+// a copy, which also writes: this, not the copy, is the decode kernels' ceiling.
+enum class ReadPath {
+  kLoads,   // 16-byte loads, 8 in flight per thread, 8 CTAs of 256 threads per SM, grid stride
+  kBulk,    // the bulk-copy engine into shared memory, 6 x 32 KB in flight per SM (sm_90)
+  kPaged8,  // 16-byte loads, 2 CTAs per SM, each reading 4 KB of every 32 KB (a paged KV pool's
+            // pattern: one KV head of pages holding 8, page 16, head_dim 128, bf16)
+  kPaged1,  // the same grid, each CTA one contiguous stream (the layout's effect, against kPaged8)
+};
+double measure_read_gbs(size_t bytes, int reps, ReadPath path, std::string* error);
+
 // cuBLAS bf16 GEMM n x n x n with f32 accumulation on random inputs, median of `reps`:
 // 2 n^3 / s / 1e12. Returns < 0 and sets *error on failure.
 double measure_bf16_gemm_tflops(int n, int reps, std::string* error);

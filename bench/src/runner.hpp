@@ -16,6 +16,11 @@ struct Ceilings {
   std::string device;        // GPU name (empty: no GPU run)
   int sm_count = 0;
   double l2_bytes = 0;
+  double read_gbs = 0;       // read-only stream of 16-byte loads, bytes read per second: the
+                             // decode kernels' ceiling (they read K/V and write almost nothing)
+  double bulk_read_gbs = 0;  // the same bytes through the bulk-copy engine (cp.async.bulk)
+  double paged8_read_gbs = 0;  // 16-byte loads, 4 KB of every 32 KB per CTA (paged KV, 8 heads)
+  double paged1_read_gbs = 0;  // the same grid, contiguous per CTA
   double copy_gbs = 0;       // device-to-device cudaMemcpy, bytes read + written per second
   double mma_tflops = 0;     // cuBLAS bf16 GEMM 8192^3 (f32 accumulation) on random data
   double mma_sync_tflops = 0;  // mma.sync m16n8k16 bf16 in a register-only loop (our kernels' MMA)

@@ -39,6 +39,7 @@
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/selection/top_k.hpp"
 #include "sieve/util/error.hpp"
+#include "sieve/util/printable.hpp"
 
 namespace po = boost::program_options;
 
@@ -210,9 +211,9 @@ int calibrate_delta(int argc, char** argv) {
     const std::vector<std::string> texts = prompts_or_defaults(prompts_file);
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& t : texts) {
-      prompts.push_back(tok.encode(t, true, false));
+      prompts.push_back(tok.encode(t, true, false, c.seq_len));
       if (int64_t(prompts.back().size()) + steps > c.seq_len)
-        fail(SIEVE_ERR_INVALID_ARGUMENT, "prompt '" + t + "' (" + std::to_string(prompts.back().size()) +
+        fail(SIEVE_ERR_INVALID_ARGUMENT, "prompt '" + printable(t, 64) + "' (" + std::to_string(prompts.back().size()) +
                                              " tokens) + " + std::to_string(steps) + " steps exceeds the model's seq_len " +
                                              std::to_string(c.seq_len));
     }

@@ -174,7 +174,7 @@ std::vector<ChainResult> run_model(const ModelArgs& ma, const std::string& promp
   const model::ModelWeights w = load_model_arg(ma);
   const model::Tokenizer tok = load_tokenizer_arg(ma, w);
   std::vector<std::vector<int32_t>> prompts;
-  for (const auto& t : read_prompts(prompts_file)) prompts.push_back(tok.encode(t, true, false));
+  for (const auto& t : read_prompts(prompts_file)) prompts.push_back(tok.encode(t, true, false, w.config.seq_len));
   model::EngineOptions eo;
   if (!engine_options(ma, &eo, &error)) fail(SIEVE_ERR_INVALID_ARGUMENT, error);
   eo.max_batch = int32_t(prompts.size());

@@ -82,7 +82,7 @@ int cmd_eval(int argc, char** argv) {
     const model::Tokenizer tok = load_tokenizer_arg(ma, w);
     const std::vector<std::string> texts = prompts_or_defaults(prompts_file);
     std::vector<std::vector<int32_t>> prompts;
-    for (const auto& t : texts) prompts.push_back(tok.encode(t, true, false));
+    for (const auto& t : texts) prompts.push_back(tok.encode(t, true, false, w.config.seq_len));
     const model::EvalReport r = model::evaluate_fidelity(w, prompts, spec, registry, eo);
 
     if (json) {

@@ -2,6 +2,7 @@
 // (the layer's chain, or the core's dense kernel). With no arguments: the embedded stories260K,
 // CPU, greedy from BOS, 256 tokens — the README's main command.
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -67,8 +68,11 @@ int cmd_run(int argc, char** argv) {
     }
     const model::ModelWeights w = load_model_arg(ma);
     const model::Tokenizer tok = load_tokenizer_arg(ma, w);
+    const std::vector<int32_t> prompt_tokens = tok.encode(prompt, true, false, w.config.seq_len);
+    // The KV pool (and the plugins' scratch) is sized for what this run holds, not for the
+    // model's max_position_embeddings, which a config may set to 2^31.
+    eo.max_seq_len = int32_t(std::min<int64_t>(w.config.seq_len, int64_t(prompt_tokens.size()) + go.steps - 1));
     model::Engine engine(w, eo, model::resolve_for_model(spec, registry, w.config, eo));
-    const std::vector<int32_t> prompt_tokens = tok.encode(prompt, true, false);
     std::FILE* trace = nullptr;
     if (!kv_trace.empty()) {
       trace = std::fopen(kv_trace.c_str(), "w");

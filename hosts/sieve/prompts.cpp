@@ -1,8 +1,9 @@
 #include "prompts.hpp"
 
-#include <fstream>
+#include <sstream>
 
 #include "sieve/util/error.hpp"
+#include "sieve/util/file_input.hpp"
 
 namespace sieve::cli {
 
@@ -17,12 +18,11 @@ const std::vector<std::string>& default_prompts() {
 }
 
 std::vector<std::string> read_prompts(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail(SIEVE_ERR_NOT_FOUND, "prompts file '" + path + "': cannot open");
+  std::istringstream f(read_text_file(path, "prompts file", kMaxPromptsFileBytes));
   std::vector<std::string> out;
   for (std::string line; std::getline(f, line);)
     if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);
-  if (out.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, "prompts file '" + path + "' has no non-blank line");
+  if (out.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, file_label("prompts file", path) + " has no non-blank line");
   return out;
 }
 

@@ -544,6 +544,45 @@ TEST_F(AttentionCudaTensorCores, DecodeRaggedBatchWithIdleSplits) {
   }
 }
 
+TEST_F(AttentionCudaTensorCores, DecodeSplitSizingLongAndRagged) {
+  // Batch 1 at a long context (Llama-3-8B's 32q/8kv): 8 (row, KV head) CTAs alone would leave most
+  // SMs idle, so the plan splits the keys over many CTAs; then a ragged batch where one sequence
+  // holds a single key and others are shorter than one split, next to a long one that sets the
+  // split count (their extra splits hold empty states). Dense and 90%-sparse, lse checked too.
+  struct C {
+    std::vector<int32_t> lens;
+    int min_splits;
+  };
+  for (const C& c : {C{{40000}, 16}, C{{1, 17, 250, 30000}, 2}, C{{30000, 1}, 2}})
+    for (double keep : {1.0, 0.1}) {
+      SCOPED_TRACE("sequences " + std::to_string(c.lens.size()) + ", keep " + std::to_string(keep));
+      Workload w(half_spec(32, 8, 128, 16, c.lens, kBF16, uint64_t(c.lens.size() * 100 + keep * 10)));
+      if (keep < 1) w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 4, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 1, 4, keep, 21));
+      w.request_lse();
+      EXPECT_GE(plan_for(w).kv_splits, c.min_splits);
+      expect_on_kernel(w, "row-mma", kTolHalf);
+    }
+}
+
+TEST_F(AttentionCudaTensorCores, DecodeSplitCrossesSlotChunks) {
+  // One split over ~20K keys: its page ids are resolved in chunks of 510 pages (63 tiles at page 8,
+  // 127 at page 16, 1593 at 200), so the split crosses several chunk boundaries mid-stream; dense
+  // and over a 50% block selection.
+  for (int32_t ps : {8, 16, 200})
+    for (double keep : {1.0, 0.5}) {
+      SCOPED_TRACE("page_size " + std::to_string(ps) + ", keep " + std::to_string(keep));
+      Workload w(half_spec(8, 2, 128, ps, {20011, 70}, kBF16, uint64_t(ps * 10 + keep * 2)));
+      if (keep < 1) w.set_selection(SIEVE_SEL_PER_KV_HEAD, 1, 1, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 1, 1, keep, 31));
+      w.request_lse();
+      CudaAttentionOptions one;
+      one.kv_splits = 1;
+      expect_on_kernel(w, "row-mma", kTolHalf, one);
+      CudaAttentionOptions three;
+      three.kv_splits = 3;
+      expect_on_kernel(w, "row-mma", kTolHalf, three);
+    }
+}
+
 // Longer prompts than the FMA cases: several 64-key tiles and 128-row query tiles per sequence.
 const std::vector<int32_t> kLongPrefillLens = {0, 1, 77, 130, 300};
 const std::vector<int32_t> kLongPrefillNew = {0, 1, 30, 130, 300};

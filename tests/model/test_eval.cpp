@@ -199,7 +199,7 @@ TEST_F(Cli, EvalPrintsJson) {
 TEST_F(Cli, BadInputIsOneLineAndNonZero) {
   CliRun r = sieve_cli("run --model /nonexistent/model.bin");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.out, "sieve run: '/nonexistent/model.bin': cannot open: No such file or directory\n");
+  EXPECT_EQ(r.out, "sieve run: model '/nonexistent/model.bin': cannot open: No such file or directory\n");
   r = sieve_cli("eval --chain 'nosuch' --plugin-dir " SIEVE_PLUGIN_DIR);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("unknown policy 'nosuch'"));

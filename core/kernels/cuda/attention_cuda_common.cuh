@@ -341,6 +341,22 @@ inline cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, unsigned long
   return e;
 }
 
+// ---- programmatic dependent launch (sm_90) --------------------------------------------------
+// A kernel launched with the programmatic-serialization attribute may start once every CTA of the
+// kernel before it called pdl_launch_dependents() (or exited); it must pdl_wait() before reading
+// what that kernel wrote (the wait returns when it has completed and its writes are visible).
+// Both are no-ops without such a launch, and on older devices.
+__device__ inline void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ inline void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ---- launchers (one per kernel family, dispatching on storage dtype, head dim, heads/CTA) -----
 
 // Row kernel: one CTA per (work row, head unit, KV split); decode, and prefill rows listed in

@@ -13,8 +13,10 @@
 // own online softmax (S = Q·Kᵀ from ldmatrix'd K, P·V from ldmatrix.trans'd V, P kept in
 // registers), and the warps merge through shared memory at the end.
 // With one split the CTA writes out and lse; with several, a partial state for
-// launch_split_combine(). When page statistics are asked for, every logit is also stored
-// (AttnParams::logits), so the statistics come from this pass (launch_page_mass_from_logits).
+// launch_split_combine(), which is launched as a programmatic dependent of this kernel: the CTAs
+// allow it once their K/V are read, so its launch overlaps their epilogue. When page statistics
+// are asked for, every logit is also stored (AttnParams::logits), so the statistics come from this
+// pass (launch_page_mass_from_logits).
 // A row whose key list is short uses fewer splits (split_min_keys), so a
 // sparse selection is not spread over CTAs that would each do almost nothing.
 #include "attention_mma.cuh"
@@ -235,6 +237,10 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
       }
     }
   }
+
+  // Every K/V byte is read: the split combine (a programmatic dependent launch, waiting for this
+  // grid to finish and flush) may be scheduled now, so its launch overlaps this epilogue.
+  if (p.n_splits > 1) pdl_launch_dependents();
 
   // Merge the warps: partial states to shared memory (over the K/V ring), then per element.
   cp_async_wait<0>();

@@ -30,12 +30,10 @@ PagedStoreBase::PagedStoreBase(const sieve_host_services* services, const sieve_
   std::string p = geometry_problem(config_);
   require(p.empty(), SIEVE_ERR_INVALID_ARGUMENT, "KV store config: " + p);
   const int L = config_.geometry.n_layers;
+  // Pages never used are handed out lowest id first from a counter rather than listed up front:
+  // the bookkeeping grows with the pages used, not with the pool's size.
   free_pages_.resize(L);
-  for (auto& fl : free_pages_) {
-    fl.resize(config_.pages_per_layer);
-    // A stack popping the lowest id first keeps fresh stores compact and deterministic.
-    for (int32_t i = 0; i < config_.pages_per_layer; ++i) fl[i] = config_.pages_per_layer - 1 - i;
-  }
+  never_used_.assign(L, 0);
   pages_in_use_.assign(L, 0);
   views_.resize(L);
 }
@@ -92,12 +90,17 @@ int32_t PagedStoreBase::seq_len(int32_t layer, int32_t seq) const {
 
 int32_t PagedStoreBase::take_page(int32_t layer) {
   auto& fl = free_pages_[layer];
-  require(!fl.empty(), SIEVE_ERR_CAPACITY,
+  require(!fl.empty() || never_used_[layer] < config_.pages_per_layer, SIEVE_ERR_CAPACITY,
           "layer " + std::to_string(layer) + ": page pool full (" +
               std::to_string(config_.pages_per_layer) + " pages of " +
               std::to_string(config_.geometry.page_size) + " tokens)");
-  int32_t p = fl.back();
-  fl.pop_back();
+  int32_t p = 0;
+  if (fl.empty()) {
+    p = never_used_[layer]++;
+  } else {
+    p = fl.back();
+    fl.pop_back();
+  }
   ++pages_in_use_[layer];
   for (int32_t slot = 0; slot < int32_t(sidecars_.size()); ++slot) clear_sidecar_page(layer, slot, p);
   return p;
@@ -147,10 +150,10 @@ void PagedStoreBase::append(const sieve_kv_append& a) {
     int32_t n = a.token_indptr[b + 1] - a.token_indptr[b];
     if (n > room) new_pages += (n - room + g.page_size - 1) / g.page_size;
   }
-  require(new_pages <= int64_t(free_pages_[a.layer].size()), SIEVE_ERR_CAPACITY,
+  const int64_t free_pages = config_.pages_per_layer - pages_in_use_[a.layer];
+  require(new_pages <= free_pages, SIEVE_ERR_CAPACITY,
           "layer " + std::to_string(a.layer) + ": page pool full: append needs " +
-              std::to_string(new_pages) + " new pages, " +
-              std::to_string(free_pages_[a.layer].size()) + " free of " +
+              std::to_string(new_pages) + " new pages, " + std::to_string(free_pages) + " free of " +
               std::to_string(config_.pages_per_layer));
   std::vector<TokenSlot> slots;
   slots.reserve(size_t(n_tokens));

@@ -34,6 +34,7 @@ Engine::Engine(const ModelWeights& w, const EngineOptions& options, runtime::Res
     : config_(w.config), options_(options), geometry_(geometry_for(w.config, options)) {
   if (std::string p = config_.problem(); !p.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, "model: " + p);
   require(options_.max_batch >= 1, SIEVE_ERR_INVALID_ARGUMENT, "model: max_batch must be >= 1");
+  require(options_.page_size >= 1, SIEVE_ERR_INVALID_ARGUMENT, "model: page_size must be >= 1");
   require(geometry_.max_seq_len >= 1, SIEVE_ERR_INVALID_ARGUMENT, "model: max_seq_len must be >= 1");
   check_sizes(w);
   services_ = std::make_unique<runtime::HostServices>(options_.device);
@@ -112,7 +113,12 @@ void Engine::setup(const ModelWeights& w, runtime::ResolvedChains chains) {
   sieve_kv_config kc{};
   kc.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
   kc.geometry = geometry_;
-  kc.pages_per_layer = options_.max_batch * ((geometry_.max_seq_len + options_.page_size - 1) / options_.page_size);
+  const int64_t pages = int64_t(options_.max_batch) * ((int64_t(geometry_.max_seq_len) + options_.page_size - 1) /
+                                                      options_.page_size);
+  require(pages <= INT32_MAX, SIEVE_ERR_CAPACITY,
+          "model: " + std::to_string(options_.max_batch) + " sequences of " + std::to_string(geometry_.max_seq_len) +
+              " tokens need " + std::to_string(pages) + " KV pages per layer, more than int32 page ids can name");
+  kc.pages_per_layer = int32_t(pages);
   kc.keep_pre_rope_k = need_pre_k_ ? 1 : 0;
   std::string reason;
   sieve_reason_sink sink{&reason, [](void* c, const char* m) { *static_cast<std::string*>(c) = m ? m : ""; }};

@@ -205,6 +205,13 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
             "eval: a prompt of " + std::to_string(p.size()) + " tokens + " + std::to_string(options.steps) +
                 " steps exceeds the model's " + std::to_string(max_len) + " positions");
   }
+  // The KV pool and the plugins' scratch are sized for what runs, not for the model's
+  // max_position_embeddings (a config may say 2^31).
+  if (eo.max_seq_len <= 0) {
+    size_t longest = 0;
+    for (const auto& p : prompts) longest = std::max(longest, p.size());
+    eo.max_seq_len = int32_t(std::min<int64_t>(max_len, int64_t(longest) + options.steps - 1));
+  }
   const size_t B = prompts.size();
   const int32_t N = options.steps;
 

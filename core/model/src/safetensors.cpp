@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "sieve/model/llama2c.hpp"
+#include "sieve/model/hf_config.hpp"
 #include "sieve/model/safetensors_file.hpp"
 #include "sieve/util/error.hpp"
-#include "sieve/util/half.hpp"
+#include "sieve/util/file_input.hpp"
+#include "sieve/util/printable.hpp"
 
 namespace sieve::model {
 
@@ -20,32 +20,72 @@ using nlohmann::json;
 namespace {
 
 [[noreturn]] void refuse(const std::string& file, const std::string& what) {
-  fail(SIEVE_ERR_INVALID_ARGUMENT, "model '" + file + "': " + what);
+  fail(SIEVE_ERR_INVALID_ARGUMENT, file_label("model", file) + ": " + what);
 }
 
-using TensorEntry = SafetensorsEntry;
-
-void read_header(const std::string& file, std::map<std::string, TensorEntry>* out) {
-  SafetensorsHeader h;
-  read_safetensors_header(file, &h, "model");
-  for (auto& [name, e] : h.tensors) (*out)[name] = std::move(e);
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
 }
 
-std::vector<float> read_tensor(const TensorEntry& e, const std::string& name) {
-  return read_safetensors_tensor(e, name, "model");
-}
+// One tensor of a layer: where it goes, its shape, and the RoPE row permutation it needs
+// (rope_heads > 0: unpermute_rope_rows over that many heads, rope_cols columns).
+struct LayerTensor {
+  std::string suffix;
+  std::vector<float> LayerWeights::*field;
+  std::vector<int64_t> shape;
+  int32_t rope_heads = 0;
+  int64_t rope_cols = 0;
+};
 
-template <class T>
-T config_value(const json& c, const std::string& file, const char* key, const T* fallback) {
-  if (!c.contains(key) || c[key].is_null()) {
-    if (!fallback) refuse(file, std::string("config.json has no '") + key + "'");
-    return *fallback;
+std::vector<LayerTensor> layer_tensors(const ModelConfig& m) {
+  const int64_t D = m.dim, F = m.hidden_dim, KV = m.kv_dim();
+  std::vector<LayerTensor> t = {
+      {"input_layernorm.weight", &LayerWeights::rms_att, {D}},
+      {"self_attn.q_proj.weight", &LayerWeights::wq, {D, D}, m.n_heads, D},
+      {"self_attn.k_proj.weight", &LayerWeights::wk, {KV, D}, m.n_kv_heads, D},
+      {"self_attn.v_proj.weight", &LayerWeights::wv, {KV, D}},
+      {"self_attn.o_proj.weight", &LayerWeights::wo, {D, D}},
+      {"post_attention_layernorm.weight", &LayerWeights::rms_ffn, {D}},
+      {"mlp.gate_proj.weight", &LayerWeights::w1, {F, D}},
+      {"mlp.down_proj.weight", &LayerWeights::w2, {D, F}},
+      {"mlp.up_proj.weight", &LayerWeights::w3, {F, D}}};
+  if (m.qkv_bias) {
+    t.push_back({"self_attn.q_proj.bias", &LayerWeights::bq, {D}, m.n_heads, 1});
+    t.push_back({"self_attn.k_proj.bias", &LayerWeights::bk, {KV}, m.n_kv_heads, 1});
+    t.push_back({"self_attn.v_proj.bias", &LayerWeights::bv, {KV}});
   }
+  return t;
+}
+
+std::string layer_prefix(int32_t i) { return "model.layers." + std::to_string(i) + "."; }
+
+// The weight files of a checkpoint directory (model.safetensors or the shards of the index).
+std::vector<std::string> weight_files(const fs::path& p, const fs::path& dir) {
+  std::error_code ec;
+  if (p.extension() == ".safetensors") return {p.string()};
+  if (fs::exists(dir / "model.safetensors", ec)) return {(dir / "model.safetensors").string()};
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (!fs::exists(index, ec))
+    fail(SIEVE_ERR_NOT_FOUND, file_label("model", p.string()) +
+                                  ": neither model.safetensors nor model.safetensors.index.json in " +
+                                  printable(dir.string()));
+  json ij;
   try {
-    return c[key].get<T>();
-  } catch (const std::exception&) {
-    refuse(file, std::string("config.json: '") + key + "' has the wrong type: " + c[key].dump());
+    ij = json::parse(read_text_file(index.string(), "model", kMaxHfConfigBytes));
+  } catch (const json::exception& e) {
+    refuse(index.string(), std::string("not JSON: ") + printable(e.what()));
   }
+  if (!ij.is_object() || !ij.contains("weight_map") || !ij["weight_map"].is_object())
+    refuse(index.string(), "has no weight_map object");
+  std::vector<std::string> files;
+  for (const auto& [name, shard] : ij["weight_map"].items()) {
+    if (!shard.is_string()) refuse(index.string(), "weight_map['" + printable(name) + "'] is not a file name");
+    std::string s = (dir / shard.get<std::string>()).string();
+    if (std::find(files.begin(), files.end(), s) == files.end()) files.push_back(s);
+  }
+  return files;
 }
 
 }  // namespace
@@ -66,137 +106,67 @@ std::vector<float> unpermute_rope_rows(const std::vector<float>& hf, int32_t n_h
 ModelWeights load_safetensors(const std::string& path) {
   std::error_code ec;
   fs::path p(path);
-  if (!fs::exists(p, ec)) fail(SIEVE_ERR_NOT_FOUND, "model '" + path + "': no such file or directory");
-  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const fs::file_status st = fs::status(p, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    fail(SIEVE_ERR_INVALID_ARGUMENT, file_label("model", path) + ": cannot open: " +
+                                         (ec == std::errc::too_many_symbolic_link_levels
+                                              ? std::string("symlink loop (too many levels of symbolic links)")
+                                              : ec.message()));
+  if (!fs::exists(st)) fail(SIEVE_ERR_NOT_FOUND, file_label("model", path) + ": no such file or directory");
+  const fs::path dir = fs::is_directory(st) ? p : p.parent_path().empty() ? fs::path(".") : p.parent_path();
   const std::string config_path = (dir / "config.json").string();
+  const ModelConfig m = parse_hf_config(read_text_file(config_path, "model", kMaxHfConfigBytes), config_path);
 
-  // config.json
-  json c;
-  {
-    std::ifstream f(config_path);
-    if (!f) fail(SIEVE_ERR_NOT_FOUND, "model '" + path + "': no config.json beside the weights (" + config_path + ")");
-    try {
-      c = json::parse(f);
-    } catch (const std::exception& e) {
-      refuse(config_path, std::string("not JSON: ") + e.what());
-    }
+  const std::vector<std::string> files = weight_files(p, dir);
+  std::map<std::string, SafetensorsEntry> tensors;
+  for (const auto& f : files) {
+    SafetensorsHeader h;
+    read_safetensors_header(f, &h, "model");
+    for (auto& [name, e] : h.tensors) tensors[name] = std::move(e);
   }
-  if (!c.is_object()) refuse(config_path, "not a JSON object");
-  const std::string none;
-  const std::string model_type = config_value<std::string>(c, config_path, "model_type", &none);
-  if (model_type != "llama" && model_type != "qwen2")
-    refuse(config_path, "model_type '" + model_type + "' is not supported (llama, qwen2)");
-  ModelConfig m;
-  m.dim = config_value<int32_t>(c, config_path, "hidden_size", nullptr);
-  m.hidden_dim = config_value<int32_t>(c, config_path, "intermediate_size", nullptr);
-  m.n_layers = config_value<int32_t>(c, config_path, "num_hidden_layers", nullptr);
-  m.n_heads = config_value<int32_t>(c, config_path, "num_attention_heads", nullptr);
-  m.n_kv_heads = config_value<int32_t>(c, config_path, "num_key_value_heads", &m.n_heads);
-  m.vocab_size = config_value<int32_t>(c, config_path, "vocab_size", nullptr);
-  const int32_t default_seq = 2048;
-  m.seq_len = config_value<int32_t>(c, config_path, "max_position_embeddings", &default_seq);
-  const float theta = 10000.f, eps = 1e-6f;
-  m.rope_theta = config_value<float>(c, config_path, "rope_theta", &theta);
-  // transformers 5 writes the RoPE settings as rope_parameters {rope_type, rope_theta, ...}.
-  if (c.contains("rope_parameters") && !c["rope_parameters"].is_null()) {
-    const json& rp = c["rope_parameters"];
-    if (!rp.is_object()) refuse(config_path, "rope_parameters is not an object");
-    const std::string deflt = "default";
-    const std::string type = config_value<std::string>(rp, config_path, "rope_type", &deflt);
-    if (type != "default") refuse(config_path, "rope_parameters.rope_type '" + type + "' is not supported (default)");
-    m.rope_theta = config_value<float>(rp, config_path, "rope_theta", &m.rope_theta);
-  }
-  m.norm_eps = config_value<float>(c, config_path, "rms_norm_eps", &eps);
-  const bool no = false;
-  m.shared_classifier = config_value<bool>(c, config_path, "tie_word_embeddings", &no);
-  m.qkv_bias = model_type == "qwen2" ? true : config_value<bool>(c, config_path, "attention_bias", &no);
-  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
-    refuse(config_path, "rope_scaling " + c["rope_scaling"].dump() + " is not supported");
-  if (config_value<bool>(c, config_path, "mlp_bias", &no)) refuse(config_path, "mlp_bias is not supported");
-  if (c.contains("hidden_act") && c["hidden_act"] != "silu")
-    refuse(config_path, "hidden_act " + c["hidden_act"].dump() + " is not supported (silu)");
-  if (model_type == "qwen2" && config_value<bool>(c, config_path, "use_sliding_window", &no))
-    refuse(config_path, "use_sliding_window is not supported");
-  if (std::string pr = m.problem(); !pr.empty()) refuse(config_path, "impossible config: " + pr);
-  if (c.contains("head_dim") && !c["head_dim"].is_null() &&
-      config_value<int32_t>(c, config_path, "head_dim", nullptr) != m.head_dim())
-    refuse(config_path, "head_dim " + c["head_dim"].dump() + " differs from hidden_size / num_attention_heads = " +
-                            std::to_string(m.head_dim()) + " (not supported)");
 
-  // The weight files.
-  std::vector<std::string> files;
-  if (p.extension() == ".safetensors") {
-    files.push_back(p.string());
-  } else if (fs::exists(dir / "model.safetensors", ec)) {
-    files.push_back((dir / "model.safetensors").string());
-  } else if (fs::exists(dir / "model.safetensors.index.json", ec)) {
-    const std::string index = (dir / "model.safetensors.index.json").string();
-    std::ifstream f(index);
-    json ij;
-    try {
-      ij = json::parse(f);
-    } catch (const std::exception& e) {
-      refuse(index, std::string("not JSON: ") + e.what());
-    }
-    if (!ij.contains("weight_map") || !ij["weight_map"].is_object()) refuse(index, "has no weight_map object");
-    for (const auto& [name, shard] : ij["weight_map"].items()) {
-      if (!shard.is_string()) refuse(index, "weight_map['" + name + "'] is not a file name");
-      std::string s = (dir / shard.get<std::string>()).string();
-      if (std::find(files.begin(), files.end(), s) == files.end()) files.push_back(s);
-    }
-  } else {
-    fail(SIEVE_ERR_NOT_FOUND, "model '" + path + "': neither model.safetensors nor model.safetensors.index.json in " +
-                                  dir.string());
-  }
-  std::map<std::string, TensorEntry> tensors;
-  for (const auto& f : files) read_header(f, &tensors);
-
-  const int64_t D = m.dim, F = m.hidden_dim, V = m.vocab_size, KV = m.kv_dim();
-  auto get = [&](const std::string& name, std::vector<int64_t> shape) {
+  // Every tensor is found and its shape and dtype checked before anything is allocated: a
+  // config.json claiming 2^22 layers is refused at the first missing tensor, not after sizing
+  // 2^22 layers; and then what is read is bounded by the files' lengths.
+  const int64_t D = m.dim, V = m.vocab_size;
+  const std::vector<LayerTensor> per_layer = layer_tensors(m);
+  auto find = [&](const std::string& name, const std::vector<int64_t>& shape) -> const SafetensorsEntry& {
     auto it = tensors.find(name);
-    if (it == tensors.end()) refuse(files.size() == 1 ? files[0] : dir.string(), "tensor '" + name + "' is missing");
-    if (it->second.shape != shape) {
-      auto str = [](const std::vector<int64_t>& s) {
-        std::string r = "[";
-        for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-        return r + "]";
-      };
-      refuse(it->second.file, "tensor '" + name + "' has shape " + str(it->second.shape) + ", config.json implies " +
-                                  str(shape));
-    }
-    return read_tensor(it->second, name);
+    if (it == tensors.end())
+      refuse(files.size() == 1 ? files[0] : dir.string(), "tensor '" + name + "' is missing");
+    if (it->second.shape != shape)
+      refuse(it->second.file, "tensor '" + name + "' has shape " + shape_text(it->second.shape) +
+                                  ", config.json implies " + shape_text(shape));
+    const std::string& dt = it->second.dtype;
+    if (dt != "F32" && dt != "F16" && dt != "BF16")
+      refuse(it->second.file, "tensor '" + name + "' has dtype " + printable(dt, 32) + "; supported: F32, F16, BF16");
+    return it->second;
   };
+  if (!m.shared_classifier && !tensors.count("lm_head.weight"))
+    refuse(config_path, "tie_word_embeddings is false but no tensor 'lm_head.weight' exists");
+  find("model.embed_tokens.weight", {V, D});
+  for (int32_t i = 0; i < m.n_layers; ++i)
+    for (const LayerTensor& t : per_layer) find(layer_prefix(i) + t.suffix, t.shape);
+  find("model.norm.weight", {D});
+  if (!m.shared_classifier) find("lm_head.weight", {V, D});
 
+  auto get = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    return read_safetensors_tensor(find(name, shape), name, "model");
+  };
   ModelWeights w;
   w.config = m;
   w.source = path;
   w.format = "safetensors";
   w.token_embedding = get("model.embed_tokens.weight", {V, D});
   w.layers.resize(size_t(m.n_layers));
-  for (int32_t i = 0; i < m.n_layers; ++i) {
-    const std::string pre = "model.layers." + std::to_string(i) + ".";
-    LayerWeights& l = w.layers[size_t(i)];
-    l.rms_att = get(pre + "input_layernorm.weight", {D});
-    l.wq = unpermute_rope_rows(get(pre + "self_attn.q_proj.weight", {D, D}), m.n_heads, m.head_dim(), D);
-    l.wk = unpermute_rope_rows(get(pre + "self_attn.k_proj.weight", {KV, D}), m.n_kv_heads, m.head_dim(), D);
-    l.wv = get(pre + "self_attn.v_proj.weight", {KV, D});
-    if (m.qkv_bias) {
-      l.bq = unpermute_rope_rows(get(pre + "self_attn.q_proj.bias", {D}), m.n_heads, m.head_dim(), 1);
-      l.bk = unpermute_rope_rows(get(pre + "self_attn.k_proj.bias", {KV}), m.n_kv_heads, m.head_dim(), 1);
-      l.bv = get(pre + "self_attn.v_proj.bias", {KV});
+  for (int32_t i = 0; i < m.n_layers; ++i)
+    for (const LayerTensor& t : per_layer) {
+      std::vector<float> v = get(layer_prefix(i) + t.suffix, t.shape);
+      w.layers[size_t(i)].*t.field = t.rope_heads ? unpermute_rope_rows(v, t.rope_heads, m.head_dim(), t.rope_cols)
+                                                  : std::move(v);
     }
-    l.wo = get(pre + "self_attn.o_proj.weight", {D, D});
-    l.rms_ffn = get(pre + "post_attention_layernorm.weight", {D});
-    l.w1 = get(pre + "mlp.gate_proj.weight", {F, D});
-    l.w2 = get(pre + "mlp.down_proj.weight", {D, F});
-    l.w3 = get(pre + "mlp.up_proj.weight", {F, D});
-  }
   w.rms_final = get("model.norm.weight", {D});
-  if (!m.shared_classifier) {
-    if (!tensors.count("lm_head.weight"))
-      refuse(config_path, "tie_word_embeddings is false but no tensor 'lm_head.weight' exists");
-    w.classifier = get("lm_head.weight", {V, D});
-  }
+  if (!m.shared_classifier) w.classifier = get("lm_head.weight", {V, D});
   return w;
 }
 

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <sstream>
+
+#include "sieve/util/error.hpp"
+#include "sieve/util/file_input.hpp"
+#include "sieve/util/printable.hpp"
 
 namespace sieve::dpxa {
 
@@ -160,8 +163,13 @@ std::string load_thresholds(const std::string& path, int32_t n_layers, int32_t n
   out.n_heads = n_heads;
   out.tau.assign(size_t(std::max(n_layers, 0)) * std::max(n_heads, 0),
                  std::numeric_limits<float>::quiet_NaN());
-  std::ifstream in(path);
-  if (!in) return "thresholds file '" + path + "' cannot be opened";
+  std::string text;
+  try {
+    text = read_text_file(path, "thresholds file", kMaxThresholdsBytes);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  std::istringstream in(text);
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
     if (auto h = line.find('#'); h != std::string::npos) line.erase(h);
@@ -171,13 +179,14 @@ std::string load_thresholds(const std::string& path, int32_t n_layers, int32_t n
     if (!(ss >> layer)) continue;  // blank / comment line
     std::string rest;
     if (!(ss >> head >> tau) || (ss >> rest))
-      return path + ":" + std::to_string(lineno) + ": expected `layer head tau`, got '" + line + "'";
+      return printable(path) + ":" + std::to_string(lineno) + ": expected `layer head tau`, got '" + printable(line, 80) +
+             "'";
     if (layer < 0 || layer >= n_layers || head < 0 || head >= n_heads)
-      return path + ":" + std::to_string(lineno) + ": layer " + std::to_string(layer) + " head " +
+      return printable(path) + ":" + std::to_string(lineno) + ": layer " + std::to_string(layer) + " head " +
              std::to_string(head) + " is outside the model's " + std::to_string(n_layers) +
              " layers x " + std::to_string(n_heads) + " query heads";
     if (!(tau >= 0 && tau <= 1))
-      return path + ":" + std::to_string(lineno) + ": tau " + std::to_string(tau) +
+      return printable(path) + ":" + std::to_string(lineno) + ": tau " + std::to_string(tau) +
              " is outside [0, 1]";
     out.tau[size_t(layer) * n_heads + size_t(head)] = float(tau);
   }

@@ -72,12 +72,14 @@ double mass_recall(const std::vector<CalibrationRow>& rows, float tau);
 float calibrate_tau(const std::vector<CalibrationRow>& rows, double target, double* achieved);
 
 // Per-(layer, q head) thresholds: a text file of lines `layer head tau` ('#' starts a comment).
-// Returns "" or a message naming the file, the line and what is wrong.
+// Returns "" or a message naming the file, the line and what is wrong (a directory, FIFO or a
+// file over kMaxThresholdsBytes is refused by sieve/util/file_input.hpp's rules).
 struct Thresholds {
   int32_t n_layers = 0, n_heads = 0;
   std::vector<float> tau;  // [layer * n_heads + head]; NaN: not given (use the global tau)
   float at(int32_t layer, int32_t head, float fallback) const;
 };
+constexpr uint64_t kMaxThresholdsBytes = 16u << 20;
 std::string load_thresholds(const std::string& path, int32_t n_layers, int32_t n_heads,
                             Thresholds& out);
 

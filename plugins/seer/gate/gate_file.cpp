@@ -2,7 +2,10 @@
 
 #include <sieve/model/safetensors_file.hpp>
 #include <sieve/util/error.hpp>
+#include <sieve/util/file_input.hpp>
+#include <sieve/util/printable.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <random>
 
@@ -20,20 +23,25 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }
 
 [[noreturn]] void refuse(const std::string& path, const std::string& what) {
-  fail(SIEVE_ERR_INVALID_ARGUMENT, std::string(kWhat) + " '" + path + "': " + what);
+  fail(SIEVE_ERR_INVALID_ARGUMENT, file_label(kWhat, path) + ": " + what);
 }
 
-int64_t meta_int(const model::SafetensorsHeader& h, const std::string& path, const char* key) {
+const std::string& meta(const model::SafetensorsHeader& h, const std::string& path, const char* key) {
   auto it = h.metadata.find(key);
   if (it == h.metadata.end()) refuse(path, std::string("metadata has no '") + key + "' (not a sieve distill-gate file?)");
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(it->second, &used);
-    if (used != it->second.size()) throw std::invalid_argument("trailing");
-    return v;
-  } catch (const std::exception&) {
-    refuse(path, std::string("metadata '") + key + "' = '" + it->second + "' is not an integer");
-  }
+  return it->second;
+}
+
+// The whole string must be a decimal int32: "4294967301" is refused, not wrapped to 5.
+int32_t meta_int(const model::SafetensorsHeader& h, const std::string& path, const char* key) {
+  const std::string& text = meta(h, path, key);
+  int32_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec == std::errc::result_out_of_range)
+    refuse(path, std::string("metadata '") + key + "' = '" + printable(text, 64) + "' is outside the int32 range");
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    refuse(path, std::string("metadata '") + key + "' = '" + printable(text, 64) + "' is not an integer");
+  return v;
 }
 
 std::string wq_name(int32_t L) { return "layers." + std::to_string(L) + ".wq"; }
@@ -44,19 +52,18 @@ GateShape parse(const model::SafetensorsHeader& h, const std::string& path) {
   if (fmt == h.metadata.end() || fmt->second != kFormat)
     refuse(path, std::string("metadata 'format' is not '") + kFormat + "' (not a sieve distill-gate file?)");
   GateShape s;
-  s.n_layers = int32_t(meta_int(h, path, "n_layers"));
-  s.n_q_heads = int32_t(meta_int(h, path, "n_q_heads"));
-  s.n_kv_heads = int32_t(meta_int(h, path, "n_kv_heads"));
-  s.head_dim = int32_t(meta_int(h, path, "head_dim"));
-  s.block = int32_t(meta_int(h, path, "block"));
-  s.gate_dim = int32_t(meta_int(h, path, "gate_dim"));
+  s.n_layers = meta_int(h, path, "n_layers");
+  s.n_q_heads = meta_int(h, path, "n_q_heads");
+  s.n_kv_heads = meta_int(h, path, "n_kv_heads");
+  s.head_dim = meta_int(h, path, "head_dim");
+  s.block = meta_int(h, path, "block");
+  s.gate_dim = meta_int(h, path, "gate_dim");
   s.rmsnorm = meta_int(h, path, "rmsnorm") != 0;
-  if (auto it = h.metadata.find("rope_theta"); it != h.metadata.end()) {
-    try {
-      s.rope_theta = std::stof(it->second);
-    } catch (const std::exception&) {
-      refuse(path, "metadata 'rope_theta' = '" + it->second + "' is not a number");
-    }
+  if (h.metadata.count("rope_theta")) {
+    const std::string& text = meta(h, path, "rope_theta");
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), s.rope_theta);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty() || !std::isfinite(s.rope_theta))
+      refuse(path, "metadata 'rope_theta' = '" + printable(text, 64) + "' is not a finite 32-bit float");
   }
   if (std::string p = s.problem(); !p.empty()) refuse(path, p);
   for (int32_t L = 0; L < s.n_layers; ++L) {
@@ -79,6 +86,9 @@ GateShape parse(const model::SafetensorsHeader& h, const std::string& path) {
 std::string GateShape::problem() const {
   if (n_layers < 1 || n_q_heads < 1 || n_kv_heads < 1 || head_dim < 1)
     return "n_layers, n_q_heads, n_kv_heads and head_dim must be >= 1";
+  // The tensor widths below are int32: sizes whose products do not fit are not a gate.
+  if (int64_t(n_q_heads / n_kv_heads) * head_dim > INT32_MAX || 3 * int64_t(head_dim) > INT32_MAX)
+    return "head_dim " + std::to_string(head_dim) + " x the GQA group is too large";
   if (n_q_heads % n_kv_heads) return "n_q_heads " + std::to_string(n_q_heads) + " is not a multiple of n_kv_heads " +
                                      std::to_string(n_kv_heads);
   if (gate_dim < 2 || gate_dim % 2) return "gate_dim " + std::to_string(gate_dim) + " must be even and >= 2 (RoPE rotates pairs)";
@@ -98,15 +108,13 @@ GateWeights read_gate(const std::string& path) {
   model::read_safetensors_header(path, &h, kWhat);
   GateWeights w;
   w.shape = parse(h, path);
-  w.wq.reserve(size_t(w.shape.n_layers * w.shape.n_kv_heads * w.shape.wq_head_elems()));
-  w.wk.reserve(size_t(w.shape.n_layers * w.shape.n_kv_heads * w.shape.wk_head_elems()));
+  // Bounded by the file: parse() found every tensor with this shape, and tensors do not overlap.
+  const int64_t heads = int64_t(w.shape.n_layers) * w.shape.n_kv_heads;
+  w.wq.reserve(size_t(heads * w.shape.wq_head_elems()));
+  w.wk.reserve(size_t(heads * w.shape.wk_head_elems()));
   for (int32_t L = 0; L < w.shape.n_layers; ++L) {
     auto q = model::read_safetensors_tensor(h.tensors.at(wq_name(L)), wq_name(L), kWhat);
-    auto k = model::read_safetensors_tensor(h.tensors.at(wk_name(L)), wk_name(L), kWhat);
-    for (float v : q)
-      if (!std::isfinite(v)) refuse(path, "tensor '" + wq_name(L) + "' holds a non-finite value");
-    for (float v : k)
-      if (!std::isfinite(v)) refuse(path, "tensor '" + wk_name(L) + "' holds a non-finite value");
+    auto k = model::read_safetensors_tensor(h.tensors.at(wk_name(L)), wk_name(L), kWhat);  // finite (checked)
     w.wq.insert(w.wq.end(), q.begin(), q.end());
     w.wk.insert(w.wk.end(), k.begin(), k.end());
   }

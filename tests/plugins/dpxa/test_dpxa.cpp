@@ -218,7 +218,10 @@ TEST_F(Dpxa, ThresholdsFilePerHead) {
   EXPECT_THAT(err, HasSubstr("outside [0, 1]"));
   a.thresholds = path + ".missing";
   EXPECT_EQ(create(sc.g, a, &err), nullptr);
-  EXPECT_THAT(err, HasSubstr("cannot be opened"));
+  EXPECT_THAT(err, HasSubstr("cannot open: No such file or directory"));
+  a.thresholds = ::testing::TempDir();  // a directory is not a thresholds file
+  EXPECT_EQ(create(sc.g, a, &err), nullptr);
+  EXPECT_THAT(err, HasSubstr("is a directory"));
   std::remove(path.c_str());
 }
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "gate/block_truth.hpp"
@@ -396,6 +397,47 @@ TEST(SeerGateFile, RoundTripAndRefusals) {
   }
   // An odd gate_dim cannot be written.
   EXPECT_THROW(sg::random_gate(seer_shape(g, 64, 5, false), 1), sieve::Error);
+}
+
+// Metadata integers must be whole int32 values ("4294967301" used to wrap to 5), rope_theta a
+// finite float; a directory is not a gate file.
+TEST(SeerGateFile, RefusesOutOfRangeMetadataAndDirectories) {
+  const sieve_geometry g = seer_geometry(sieve::kCpu, 6, 3, 4);
+  const std::string path = temp_path("meta");
+  sg::write_gate(path, sg::random_gate(seer_shape(g, 64, 6, false), 3));
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[size_t(i)]);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  // The same file with one metadata value replaced (the header re-padded, the data unchanged).
+  auto with_meta = [&](const std::string& key, const std::string& value) {
+    nlohmann::json h = header;
+    h["__metadata__"][key] = value;
+    std::string text = h.dump();
+    while (text.size() % 8) text += ' ';
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[size_t(i)] = char((text.size() >> (8 * i)) & 0xff);
+    const std::string edited = temp_path("meta_" + key);
+    std::ofstream(edited, std::ios::binary) << out << text << bytes.substr(8 + n);
+    return edited;
+  };
+  auto error_of = [](const std::string& file) {
+    try {
+      sg::read_gate_shape(file);
+    } catch (const sieve::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of(with_meta("n_layers", "4294967301")).find("'n_layers' = '4294967301' is outside the int32 range"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_meta("gate_dim", "6x")).find("'gate_dim' = '6x' is not an integer"), std::string::npos);
+  EXPECT_NE(error_of(with_meta("rope_theta", "1e39")).find("'rope_theta' = '1e39' is not a finite 32-bit float"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_meta("head_dim", "1073741824")).find("too large"), std::string::npos);
+  const std::string dir = error_of(::testing::TempDir());
+  EXPECT_NE(dir.find("is a directory"), std::string::npos) << dir;
 }
 
 // ---- distillation ------------------------------------------------------------------------------

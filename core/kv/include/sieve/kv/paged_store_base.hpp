@@ -87,7 +87,8 @@ class PagedStoreBase {
   const Sequence& sequence(int32_t seq) const;
 
   std::vector<Sequence> seqs_;
-  std::vector<std::vector<int32_t>> free_pages_;  // per layer, used as a stack
+  std::vector<std::vector<int32_t>> free_pages_;  // per layer: freed pages, used as a stack
+  std::vector<int32_t> never_used_;               // per layer: pages [never_used_, pages_per_layer) not yet used
   std::vector<int64_t> pages_in_use_;             // per layer
   std::vector<ViewArrays> views_;                 // per layer, the arrays behind the last view
   std::string last_error_;

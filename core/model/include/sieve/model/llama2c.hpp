@@ -10,9 +10,11 @@
 // computed), and the classifier [vocab, dim] only when vocab_size was negative.
 // RoPE theta 10000, RMSNorm eps 1e-5 (the format does not store them).
 //
-// Refused with one line naming the file: a file shorter than the header, the version-1+ export
-// (magic "ak42"), an impossible header (non-positive sizes, dim % n_heads, n_heads % n_kv_heads,
-// odd head_dim), and a length that is not exactly what the header implies (truncated or longer).
+// Refused with one line naming the file: anything but a regular file, a file shorter than the
+// header, the version-1+ export (magic "ak42"), an impossible header (non-positive sizes,
+// dim % n_heads, n_heads % n_kv_heads, odd head_dim), a length that is not exactly what the header
+// implies (truncated or longer; computed with overflow checks), and a tensor holding a NaN or an
+// infinity (named). Nothing is allocated before the header has been checked against the length.
 #pragma once
 #include <cstddef>
 #include <span>
@@ -26,8 +28,5 @@ namespace sieve::model {
 ModelWeights parse_llama2c(std::span<const std::byte> bytes, const std::string& name);
 // Read and parse a file.
 ModelWeights load_llama2c(const std::string& path);
-
-// Read a whole file (throws sieve::Error naming the file when it cannot be read).
-std::vector<std::byte> read_file_bytes(const std::string& path);
 
 }  // namespace sieve::model

@@ -1,7 +1,9 @@
 // The safetensors container itself (a little-endian u64 header length, a JSON header, raw
 // tensors), independent of what the tensors mean: the model loader (safetensors.hpp) and the
 // SeerAttention-R gate files (plugins/seer/gate) both read it through here, and the gate tool
-// writes it. Every extent is checked against the file; errors are one line
+// writes it. Only regular files are read (sieve/util/file_input.hpp); the header is at most
+// kMaxSafetensorsHeaderBytes; every extent is checked against the file and tensors may not share
+// bytes; a tensor holding a NaN or an infinity is refused when read. Errors are one line
 // "<what> '<file>': <problem>" (sieve::Error).
 #pragma once
 #include <cstdint>
@@ -10,6 +12,9 @@
 #include <vector>
 
 namespace sieve::model {
+
+// The format's own cap on the JSON header (the reference implementation refuses larger ones).
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
 struct SafetensorsEntry {
   std::string file;
