@@ -21,7 +21,8 @@ namespace sieve::runtime {
 
 namespace {
 
-// Loading a directory of plugins is a few dlopens: a child still busy after this hangs.
+// Loading a plugin is one dlopen and a few checks: a child still busy after this many seconds per
+// file it was given hangs (generous: hosts run under sanitizers and on slow file systems).
 constexpr auto kProbeTimeout = std::chrono::seconds(10);
 
 // path, host major, device, inode, size, mtime (ns)
@@ -53,7 +54,7 @@ size_t probe_batch(const std::vector<std::string>& paths, size_t first, uint32_t
           write_all(fd, "R " + std::to_string(i) + (error.empty() ? " ok" : " error " + error) + "\n");
         }
       },
-      kProbeTimeout);
+      kProbeTimeout * int(paths.size() - first));
   if (!r.forked) {
     spdlog::warn("no probe process could be started (fork failed): loading plugin files unprobed");
     for (size_t i = first; i < paths.size(); ++i) (*answers)[i].clear();
@@ -79,8 +80,8 @@ size_t probe_batch(const std::vector<std::string>& paths, size_t first, uint32_t
   }
   const std::string file = file_name(paths[begun]);
   if (r.timed_out)
-    (*answers)[begun] = file + ": loading it did not finish within " +
-                        std::to_string(kProbeTimeout.count()) + " s in a probe process (killed)";
+    (*answers)[begun] = file + ": loading it did not finish in a probe process (killed after " +
+                        std::to_string(kProbeTimeout.count() * int(paths.size() - first)) + " s)";
   else if (r.term_signal)
     (*answers)[begun] = file + ": loading it crashed a probe process (" + strsignal(r.term_signal) +
                         ", signal " + std::to_string(r.term_signal) + ")";

@@ -16,7 +16,8 @@ namespace sieve::runtime {
 // For each file: "" when it loaded in the probe process (or is loaded in this one already, or no
 // child could be forked: then the caller loads it unprobed, after a warning); otherwise why not,
 // one line starting with the file name. One child loads the files in order; when it crashes or
-// hangs (kill after 10 s) in one, that file is refused and a new child goes on with the next.
+// hangs (killed after 10 s per file it was given) in one, that file is refused and a new child
+// goes on with the next.
 // Answers are cached for the life of the process by (path, device, inode, size, mtime): a file
 // replaced on disk is probed again.
 std::vector<std::string> probe_plugin_files(const std::vector<std::string>& paths,
