@@ -37,10 +37,11 @@
 //    private:
 //     int64_t pages_;
 //   };
-//   SIEVE_DEFINE_PLUGIN(Recent)   // defines the exported sieve_plugin_entry
+//   SIEVE_DEFINE_PLUGIN(Recent);  // defines the exported sieve_plugin_entry
 //
-// Build it with `sieve_add_plugin(NAME recent SOURCES recent.cpp)` in tree, or out of tree link
-// Sieve::plugin_support and hide every symbol but sieve_plugin_entry (cmake/plugin.map).
+// Build it with `sieve_add_plugin(NAME recent SOURCES recent.cpp)` in tree; out of tree, after
+// find_package(Sieve), `target_link_libraries(recent PRIVATE Sieve::plugin_support)` and
+// `sieve_plugin_properties(recent NAME recent)` (docs/plugin-authoring.md §11).
 //
 // What the generated table does:
 //  - every C entry is noexcept: an Error keeps its status, std::bad_alloc becomes OUT_OF_MEMORY,
