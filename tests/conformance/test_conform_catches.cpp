@@ -14,9 +14,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-nlohmann::json conform_json(const std::string& fixture) {
-  const std::string path = std::string(SIEVE_FIXTURE_DIR) + "/conform/libsieve_" + fixture + ".so";
-  const auto r = sieve::testing::run_command(std::string(SIEVE_BIN_DIR) + "/sieve-conform " + path + " --json 2>/dev/null");
+nlohmann::json conform_json(const std::string& fixture, const std::string& options = "",
+                            const std::string& dir = std::string(SIEVE_FIXTURE_DIR) + "/conform") {
+  const std::string path = dir + "/libsieve_" + fixture + ".so";
+  const auto r = sieve::testing::run_command(std::string(SIEVE_BIN_DIR) + "/sieve-conform " + path + " --json " +
+                                             options + " 2>/dev/null");
   EXPECT_TRUE(r.status == 0 || r.status == 1) << fixture << ": exit " << r.status << "\n" << r.out;
   try {
     return nlohmann::json::parse(r.out);
@@ -67,6 +69,17 @@ TEST(ConformCatches, ASelectionThatNeverLeavesTheDensePathFails) {
   const nlohmann::json j = conform_json("topk_pass_through");
   EXPECT_EQ(j["passed"], false);
   EXPECT_EQ(check(j, "numeric_cpu_decode").first, "pass");
+  const auto [result, detail] = check(j, "sparse_path_cpu");
+  EXPECT_EQ(result, "fail");
+  EXPECT_THAT(detail, HasSubstr("the sparse path was never reached"));
+}
+
+// quest declares conform_params token_budget=64 (and passes); a --param replaces that value, and
+// a budget beyond every conformance context is caught, not passed as dense.
+TEST(ConformCatches, AParamReplacesTheDeclaredConformParams) {
+  const nlohmann::json j = conform_json("quest", "--param token_budget=4096", SIEVE_PLUGIN_DIR);
+  EXPECT_EQ(j["options"]["params"]["token_budget"], "4096");
+  EXPECT_EQ(check(j, "conform_params").first, "pass") << "the declared text itself is fine";
   const auto [result, detail] = check(j, "sparse_path_cpu");
   EXPECT_EQ(result, "fail");
   EXPECT_THAT(detail, HasSubstr("the sparse path was never reached"));

@@ -44,7 +44,7 @@ struct ConformReport {
 struct GeometryOverride {
   int32_t n_q_heads = 0, n_kv_heads = 0, head_dim = 0, page_size = 0;
   DLDataType kv_dtype{0, 0, 0};
-  int32_t n_layers = 0;  // the model's layer count (static: 4; numeric: 1); the checks run layer 0
+  int32_t n_layers = 0;  // the model's layer count (static: 4; numeric: 2); numeric runs layers 0, 1
   bool any() const { return n_q_heads || n_kv_heads || head_dim || page_size || kv_dtype.bits; }
 };
 
