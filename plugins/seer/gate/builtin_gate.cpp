@@ -1,3 +1,4 @@
+// Built-in training-free gates (see builtin_gate.hpp): weights built in memory, no file.
 #include "gate/builtin_gate.hpp"
 
 #include <sieve/util/error.hpp>
