@@ -257,7 +257,7 @@ const std::vector<std::string>& static_check_names() {
   static const std::vector<std::string> names = {
       "file", "entry_symbol", "score", "negotiate_host_major", "negotiate_newer_host",
       "negotiate_major_0", "plugin_table", "policy_table", "descriptor", "schema",
-      "kv_store_table", "validate_accepts_declared", "validate_rejects_head_dim_0",
+      "conform_params", "kv_store_table", "validate_accepts_declared", "validate_rejects_head_dim_0",
       "validate_rejects_gqa_mismatch", "validate_rejects_page_size_0",
       "validate_rejects_unlisted_head_dim", "validate_rejects_unlisted_page_size",
       "validate_rejects_unsupported_dtype", "validate_rejects_unsupported_device",
@@ -425,7 +425,7 @@ class StaticChecks {
     }
     const auto* d = api->descriptor;
     bool dok = report("descriptor", check_policy_descriptor(d, api, table_->name),
-                      d->hdr.struct_size >= sizeof(sieve_policy_descriptor)
+                      SIEVE_HAS_FIELD(d, sieve_policy_descriptor, cuda_graph)
                           ? "phases " + phase_names(d->phases) + ", devices " +
                                 device_names(d->devices) + ", dtypes " + dtype_names(d->dtypes)
                           : "");
@@ -468,11 +468,32 @@ class StaticChecks {
     else pass(name, what + ": " + status_name(st) + ", " + reasons);
   }
 
+  // The descriptor's conformance parameters (ABI 1.1) must fit the schema: every later check
+  // creates the plugin with them.
+  bool conform_params_check(ParamPairs* params) {
+    const auto& d = *table_->policy->descriptor;
+    std::string err;
+    ParamPairs declared;
+    const std::string text = declared_conform_params(d);
+    std::vector<std::string> errors;
+    ParamValues values;
+    if (!conform_param_pairs(d, {}, &declared, &err) ||
+        !parse_params(ParamSchema::of(*table_->policy), declared, &values, &errors)) {
+      fail("conform_params", err.empty() ? "conform_params \"" + text + "\" refused by the schema: " + join(errors) : err);
+      return false;
+    }
+    if (text.empty()) skip("conform_params", "none declared: the checks use the schema defaults");
+    else pass("conform_params", "\"" + text + "\"");
+    return conform_param_pairs(d, options_.params, params, &err);
+  }
+
   void validate_checks() {
     const auto& d = *table_->policy->descriptor;
     std::vector<std::string> errors;
+    ParamPairs params;
+    if (!conform_params_check(&params)) return skip_rest("the descriptor's conform_params do not fit the schema");
     // The schema passed, so its defaults parse; --param values may not.
-    if (!parse_params(ParamSchema::of(*table_->policy), options_.params, &defaults_, &errors)) {
+    if (!parse_params(ParamSchema::of(*table_->policy), params, &defaults_, &errors)) {
       fail("validate_accepts_declared", "--param values refused: " + join(errors));
       return skip_rest("the --param values do not fit the schema");
     }
@@ -673,7 +694,7 @@ bool static_gate_passed(const ConformReport& report) {
     if (!c || !c->passed) return false;
   }
   // Present only for what the plugin ships (skipped otherwise); none may have failed.
-  for (const char* name : {"policy_table", "descriptor", "schema", "kv_store_table"}) {
+  for (const char* name : {"policy_table", "descriptor", "schema", "conform_params", "kv_store_table"}) {
     const ConformCheck* c = report.find(name);
     if (!c || (!c->passed && !c->skipped)) return false;
   }

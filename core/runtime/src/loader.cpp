@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <type_traits>
 
 #include "sieve/runtime/params.hpp"
 
@@ -41,11 +42,21 @@ std::string hex(uint32_t v) {
   return b;
 }
 
+// A table's size in ABI v1.0: its whole struct, except those a later minor grew (a 1.0 plugin's
+// descriptor ends at cuda_graph; the 1.1 fields are read only through SIEVE_HAS_FIELD).
+template <class T>
+constexpr size_t v1_0_size() {
+  if constexpr (std::is_same_v<T, sieve_policy_descriptor>)
+    return offsetof(sieve_policy_descriptor, cuda_graph) + sizeof(uint32_t);
+  else
+    return sizeof(T);
+}
+
 template <class T>
 std::string size_problem(const T* p, const char* what) {
-  if (p->hdr.struct_size < sizeof(T))
+  if (p->hdr.struct_size < v1_0_size<T>())
     return std::string(what) + " struct_size " + std::to_string(p->hdr.struct_size) +
-           " is smaller than the v1.0 size " + std::to_string(sizeof(T));
+           " is smaller than the v1.0 size " + std::to_string(v1_0_size<T>());
   if (p->hdr.struct_size > kMaxStructSize)
     return std::string(what) + " struct_size " + std::to_string(p->hdr.struct_size) +
            " exceeds the limit " + std::to_string(kMaxStructSize);
@@ -278,6 +289,9 @@ std::vector<std::string> check_policy_descriptor(const sieve_policy_descriptor* 
   if (d->evicts_kv > 1) bad("evicts_kv must be 0 or 1");
   if (d->cuda_graph > SIEVE_CUDA_GRAPH_FULL)
     bad("cuda_graph " + std::to_string(d->cuda_graph) + " is not a sieve_cuda_graph_level");
+  if (SIEVE_HAS_FIELD(d, sieve_policy_descriptor, selection_basis) &&
+      d->selection_basis > SIEVE_SELECTION_BASIS_NONE)
+    bad("selection_basis " + std::to_string(d->selection_basis) + " is not a sieve_selection_basis");
   if (api) {
     if (d->evicts_kv && !api->end_step) bad("evicts_kv is set but end_step is NULL");
     if ((d->needs & SIEVE_NEEDS_PAGE_STATS) && !api->observe)

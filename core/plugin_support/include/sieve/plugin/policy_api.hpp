@@ -19,7 +19,9 @@
 //         .devices = SIEVE_DEVICE_CPU, .dtypes = SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16,
 //         .head_dims = nullptr, .n_head_dims = 0, .page_sizes = nullptr, .n_page_sizes = 0,
 //         .selection_heads = SIEVE_SEL_PER_SEQUENCE, .needs = 0, .evicts_kv = 0,
-//         .cuda_graph = SIEVE_CUDA_GRAPH_NONE};   // (every field: -Wextra flags omitted ones)
+//         .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
+//         .conform_params = "pages=4",              // ABI 1.1: what `sieve conform` runs
+//         .selection_basis = SIEVE_SELECTION_BASIS_POSITIONAL};  // (every field: -Wextra flags omitted ones)
 //
 //     // optional: extra reasons beyond the generic checks (geometry vs descriptor, values vs
 //     // schema); runs only when those passed
