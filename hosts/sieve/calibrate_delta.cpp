@@ -218,6 +218,10 @@ int calibrate_delta(int argc, char** argv) {
                                              std::to_string(c.seq_len));
     }
     eo.max_batch = int32_t(prompts.size());
+    // The KV pool holds what this study runs, not the model's max_position_embeddings.
+    size_t longest = 0;
+    for (const auto& p : prompts) longest = std::max(longest, p.size());
+    eo.max_seq_len = int32_t(int64_t(longest) + steps);
 
     Study s;
     s.page_size = eo.page_size;

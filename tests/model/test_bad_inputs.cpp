@@ -17,6 +17,7 @@
 #include "sieve/model/engine.hpp"
 #include "sieve/model/llama2c.hpp"
 #include "sieve/model/tokenizer.hpp"
+#include "sieve/util/checked.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/file_input.hpp"
 #include "sieve/util/printable.hpp"
@@ -172,6 +173,10 @@ TEST_F(BadInputCli, HugeMaxPositionsRunsInTheMemoryTheRunNeeds) {
     EXPECT_EQ(m.status, 0) << m.out;
     EXPECT_THAT(m.out, HasSubstr("generated 8 tokens"));
     EXPECT_LT(m.peak_rss_kb, kRssBoundKb) << positions;
+    const Measured e = sieve_measured("eval --steps 8 --json --chain 'streaming(sink=4,window=16)' --plugin-dir "
+                                      SIEVE_PLUGIN_DIR " --model " + d + " --tokenizer " + tok_);
+    EXPECT_EQ(e.status, 0) << e.out;  // its random text need not be UTF-8: --json still prints
+    EXPECT_LT(e.peak_rss_kb, kRssBoundKb) << positions;
   }
 }
 
@@ -277,6 +282,33 @@ TEST(BadInput, SymlinkLoopsAndControlCharactersAreNamed) {
   const std::string d = hf_checkpoint(dir, "ctl", [](nlohmann::json& c) { c["model_type"] = "ll\x1b]0;owned\x07"; });
   const std::string t = error_of([&] { model::load_model(d); });
   EXPECT_THAT(t, HasSubstr("model_type 'll\\x1b]0;owned\\x07' is not supported"));
+}
+
+// The helper every reader above goes through (sieve/util/file_input.hpp, checked.hpp).
+TEST(BadInput, FileInputReadsOnlyBoundedRegularFiles) {
+  test::TempDir dir;
+  write_text(dir.file("ten"), "0123456789");
+  EXPECT_EQ(read_text_file(dir.file("ten"), "notes", 10), "0123456789");
+  EXPECT_THAT(error_of([&] { read_text_file(dir.file("ten"), "notes", 9); }),
+              HasSubstr("notes '" + dir.file("ten") + "': 10 bytes, more than the 9 bytes such a file may have"));
+  const InputFile f(dir.file("ten"), "notes");
+  char buf[4];
+  f.read_at(6, buf, 4);
+  EXPECT_EQ(std::string(buf, 4), "6789");
+  EXPECT_THAT(error_of([&] { f.read_at(7, buf, 4); }), HasSubstr("4 bytes at offset 7 run past its end (10 bytes)"));
+  EXPECT_THAT(error_of([&] { f.read_at(UINT64_MAX, buf, 4); }), HasSubstr("run past its end"));
+  EXPECT_THAT(error_of([] { InputFile("/dev/null", "model"); }), HasSubstr("is a device, not a regular file"));
+  EXPECT_THAT(error_of([] { InputFile("", "model"); }), HasSubstr("model '': cannot open"));
+  try {
+    InputFile(dir.file("absent"), "model");
+    ADD_FAILURE() << "a missing file was opened";
+  } catch (const sieve::Error& e) {
+    EXPECT_EQ(e.status, SIEVE_ERR_NOT_FOUND);
+  }
+  EXPECT_EQ(checked_mul(int64_t(1) << 31, int64_t(1) << 31, "x"), int64_t(1) << 62);
+  EXPECT_THAT(error_of([] { checked_mul(int64_t(1) << 32, int64_t(1) << 31, "the pool"); }),
+              HasSubstr("the pool overflows 64 bits"));
+  EXPECT_THAT(error_of([] { checked_add(INT64_MAX, 1, "the sum"); }), HasSubstr("the sum overflows"));
 }
 
 TEST(BadInput, PrintableKeepsUtf8AndEscapesTheRest) {

@@ -97,6 +97,8 @@ std::vector<int32_t> Tokenizer::initial_symbols(const std::string& text) const {
 }
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text, bool bos, bool eos, int64_t max_tokens) const {
+  if (text.size() > size_t(INT32_MAX) - 4)  // symbols are indexed in int32
+    fail(SIEVE_ERR_INVALID_ARGUMENT, "a text of " + std::to_string(text.size()) + " bytes is too long to encode");
   // A token covers at most max_piece_bytes_ bytes of text, which bounds the count from below:
   // an over-long text is refused before any work on it.
   const int64_t at_least = int64_t(bos) + int64_t(eos) +
