@@ -1,8 +1,9 @@
 // Paged KV store on a CUDA device.
 //
 // Memory: each layer's K, V (and pre-RoPE K) pool of pages_per_layer pages, the per-layer view
-// arrays (indptr [max_batch + 1], indices [pages_per_layer], last_page_len [max_batch]) and every
-// sidecar are allocated once, in the constructor / register_sidecar, through the host's
+// arrays (the packed view description of view_delta.hpp, whose first 2 * batch + 1 entries are
+// the view's indptr and last_page_len, [5 * max_batch + 2 + pages_per_layer]; two indices
+// buffers [pages_per_layer], the current view's and the previous one's) and every sidecar are allocated once, in the constructor / register_sidecar, through the host's
 // services->alloc on {kDLCUDA, device}, and freed through services->free in the destructor.
 // Eviction returns pages to the free list, so bytes_in_use drops and the pages are reused by
 // later appends, but the device pool itself stays reserved (unlike the CPU store, which gives
@@ -11,8 +12,11 @@
 //
 // Work: everything is enqueued on services->cuda_stream(host_ctx) and nothing synchronises.
 // append scatters the new tokens with one kernel per staging chunk (dtype conversion f32 / f16 /
-// bf16 -> storage dtype, strided input rows allowed); view uploads the page table of the listed
-// sequences; a sidecar's slots of a newly taken page are zeroed with cudaMemsetAsync (runs of
+// bf16 -> storage dtype, strided input rows allowed); view uploads what changed in the layer's
+// page table since its previous view (view_delta.hpp): nothing, the last_page_len slice (one
+// small copy), or the packed description followed by one kernel merging the indices from the
+// previous buffer into the other; host work and bytes are O(batch + pages added), not O(pages),
+// except for a full rebuild (first view, another batch, after an eviction); a sidecar's slots of a newly taken page are zeroed with cudaMemsetAsync (runs of
 // consecutive page ids merged into one memset).
 //
 // Host -> device without a synchronisation: the slot lists and view arrays are produced on the
@@ -125,6 +129,14 @@ cudaError_t scatter(DLDataType src_dt, DLDataType dst_dt, const TokenSlot* slots
   return scatter_to<__nv_bfloat16>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
 }
 
+// ---- the view's indices -----------------------------------------------------------------------
+
+__global__ void merge_view_indices(const int32_t* packed, int32_t batch, int32_t nnz, const int32_t* previous,
+                                   int32_t* indices) {
+  for (int32_t i = int32_t(blockIdx.x * blockDim.x + threadIdx.x); i < nnz; i += int32_t(gridDim.x * blockDim.x))
+    indices[i] = merged_page(packed, batch, previous, i);
+}
+
 // Makes the store's device current for the scope of a call.
 class DeviceScope {
  public:
@@ -181,9 +193,9 @@ class PagedCudaStore final : public PagedStoreBase {
     void* k = nullptr;
     void* v = nullptr;
     void* k_pre = nullptr;
-    int32_t* indptr = nullptr;  // view arrays on the device
-    int32_t* indices = nullptr;
-    int32_t* last = nullptr;
+    int32_t* packed = nullptr;  // the view's packed description (indptr, last_page_len first)
+    std::array<int32_t*, 2> indices{};  // the current view's indices and the previous one's
+    int current = 0;
     std::array<int64_t, 4> page_shape{};
     std::array<int64_t, 1> indptr_shape{}, indices_shape{}, last_shape{};
     std::vector<void*> sidecars;  // per slot
@@ -201,9 +213,10 @@ class PagedCudaStore final : public PagedStoreBase {
       l.k = device_alloc(pool, "K pages");
       l.v = device_alloc(pool, "V pages");
       if (config().keep_pre_rope_k) l.k_pre = device_alloc(pool, "pre-RoPE K pages");
-      l.indptr = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * (size_t(g.max_batch) + 1), "view indptr"));
-      l.indices = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(config().pages_per_layer), "view indices"));
-      l.last = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(g.max_batch), "view last_page_len"));
+      const size_t packed = ViewDelta::packed_size(g.max_batch, config().pages_per_layer);
+      l.packed = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * packed, "view page table"));
+      for (auto& ix : l.indices)
+        ix = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(config().pages_per_layer), "view indices"));
       l.page_shape = {config().pages_per_layer, g.n_kv_heads, g.page_size, g.head_dim};
     }
     device_slots_ = static_cast<TokenSlot*>(device_alloc(kStageBytes, "token slot list"));
@@ -220,8 +233,9 @@ class PagedCudaStore final : public PagedStoreBase {
     flush_sidecar_clears();
     Layer& l = layers_[size_t(layer)];
     auto source = [&](const DLTensor* t, void* pool) {
-      require(t->device.device_id == g.device.device_id, SIEVE_ERR_INVALID_ARGUMENT,
-              "append: input on " + device_name(t->device) + ", the store is on " + device_name(g.device));
+      if (t->device.device_id != g.device.device_id)
+        fail(SIEVE_ERR_INVALID_ARGUMENT,
+             "append: input on " + device_name(t->device) + ", the store is on " + device_name(g.device));
       return ScatterSource{data_ptr<const void>(*t), stride(*t, 0), stride(*t, 1), pool};
     };
     const ScatterSource k = source(a.k, l.k), v = source(a.v, l.v);
@@ -289,29 +303,46 @@ class PagedCudaStore final : public PagedStoreBase {
     // The pool stays reserved (see the header comment); the base returns the ids to the free list.
   }
 
-  void publish_view(int32_t layer, const ViewArrays& v, sieve_paged_kv* out) override {
+  void publish_view(int32_t layer, const ViewDelta& d, sieve_paged_kv* out) override {
     const auto& g = geometry();
-    require(v.last_page_len.size() <= size_t(g.max_batch), SIEVE_ERR_CAPACITY,
-            "view: batch " + std::to_string(v.last_page_len.size()) + " exceeds geometry.max_batch " +
-                std::to_string(g.max_batch) + " (the device view arrays are sized at setup)");
+    if (d.batch > g.max_batch)
+      fail(SIEVE_ERR_CAPACITY, "view: batch " + std::to_string(d.batch) + " exceeds geometry.max_batch " +
+                                   std::to_string(g.max_batch) + " (the device view arrays are sized at setup)");
+    if (d.nnz > config().pages_per_layer)  // only a sequence listed twice gets here
+      fail(SIEVE_ERR_CAPACITY, "view: " + std::to_string(d.nnz) + " pages exceed the " +
+                                   std::to_string(config().pages_per_layer) +
+                                   " entries of the device indices (is a sequence listed twice?)");
     DeviceScope scope(g.device.device_id);
     flush_sidecar_clears();
     Layer& l = layers_[size_t(layer)];
-    upload(l.indptr, v.indptr.data(), v.indptr.size() * sizeof(int32_t));
-    upload(l.indices, v.indices.data(), v.indices.size() * sizeof(int32_t));
-    upload(l.last, v.last_page_len.data(), v.last_page_len.size() * sizeof(int32_t));
+    // Stream order keeps the contract: these writes land after every kernel already enqueued
+    // on the previous view, and the indices buffer written is not the current view's.
+    if (d.change == ViewChange::kPages) {
+      upload(l.packed, d.packed, ViewDelta::packed_size(d.batch, d.n_added) * sizeof(int32_t));
+      if (d.nnz > 0) {
+        const int threads = 256;
+        const int blocks = int(std::min<int64_t>((int64_t(d.nnz) + threads - 1) / threads, 1024));
+        merge_view_indices<<<blocks, threads, 0, stream_>>>(l.packed, d.batch, d.nnz, l.indices[l.current],
+                                                            l.indices[l.current ^ 1]);
+        check_cuda(cudaGetLastError(), "view indices merge kernel launch");
+      }
+      l.current ^= 1;
+    } else if (d.change == ViewChange::kLastPageLen) {
+      const size_t at = ViewDelta::last_at(d.batch);
+      upload(l.packed + at, d.packed + at, size_t(d.batch) * sizeof(int32_t));
+    }
     const DLDataType dt = g.kv_dtype;
     out->k_pages = make_view(l.k, g.device, dt, 4, l.page_shape.data());
     out->v_pages = make_view(l.v, g.device, dt, 4, l.page_shape.data());
     out->k_pre_rope_pages = make_view(l.k_pre, g.device, dt, 4, l.page_shape.data());
-    l.indptr_shape[0] = int64_t(v.indptr.size());
-    l.indices_shape[0] = int64_t(v.indices.size());
-    l.last_shape[0] = int64_t(v.last_page_len.size());
-    out->indptr = make_view(l.indptr, g.device, kI32, 1, l.indptr_shape.data());
-    out->indices = make_view(l.indices, g.device, kI32, 1, l.indices_shape.data());
-    out->last_page_len = make_view(l.last, g.device, kI32, 1, l.last_shape.data());
-    out->indptr_host = v.indptr.data();
-    out->last_page_len_host = v.last_page_len.data();
+    l.indptr_shape[0] = int64_t(d.batch) + 1;
+    l.indices_shape[0] = int64_t(d.nnz);
+    l.last_shape[0] = int64_t(d.batch);
+    out->indptr = make_view(l.packed, g.device, kI32, 1, l.indptr_shape.data());
+    out->indices = make_view(l.indices[l.current], g.device, kI32, 1, l.indices_shape.data());
+    out->last_page_len = make_view(l.packed + ViewDelta::last_at(d.batch), g.device, kI32, 1, l.last_shape.data());
+    out->indptr_host = d.packed;
+    out->last_page_len_host = d.packed + ViewDelta::last_at(d.batch);
   }
 
   void sidecar_tensor(int32_t layer, int32_t slot, DLTensor* out) override {
