@@ -141,8 +141,7 @@ class PagedCpuStore final : public PagedStoreBase {
     if (d.change == ViewChange::kPages) {
       std::vector<int32_t>& next = l.indices[l.current ^ 1];
       next.resize(size_t(d.nnz));
-      const int32_t* previous = l.indices[l.current].data();
-      for (int32_t i = 0; i < d.nnz; ++i) next[size_t(i)] = merged_page(d.packed, d.batch, previous, i);
+      apply_view_delta(d.packed, d.batch, l.indices[l.current].data(), next.data());
       l.current ^= 1;
     }
     const DLDataType dt = geometry().kv_dtype;

@@ -6,8 +6,9 @@
 // (appends only push pages at the end of a sequence's list; only evict and remove_sequence take
 // pages out, and those force a full rebuild, see PagedStoreBase::view). So the store describes
 // the new table against the previous one in a small packed array, O(batch + pages added), and
-// the page ids are merged where the table lives: on the host by the CPU store, by a kernel in the
-// CUDA store; both call `merged_page` below, so the CPU tests exercise the device's logic.
+// the page ids are merged where the table lives: on the host by the CPU store (`apply`, a copy
+// per sequence), by a kernel in the CUDA store (`merged_page`, one entry per thread); the tests
+// hold the two to the same result.
 //
 // The packed array (int32, contiguous so that a device store uploads it in one copy), B = batch:
 //   [0, B+1)          indptr of the new view
@@ -20,6 +21,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define SIEVE_KV_HD __host__ __device__
@@ -68,6 +70,21 @@ SIEVE_KV_HD inline int32_t merged_page(const int32_t* packed, int32_t batch, con
   }
   const int32_t k = i - indptr[lo];
   return k < keep[lo] ? previous[keep_from[lo] + k] : added[added_indptr[lo] + (k - keep[lo])];
+}
+
+// All nnz entries of the new indices into `out`, sequence by sequence (host).
+inline void apply_view_delta(const int32_t* packed, int32_t batch, const int32_t* previous, int32_t* out) {
+  const int32_t* indptr = packed;
+  const int32_t* keep_from = packed + 2 * batch + 1;
+  const int32_t* keep = packed + 3 * batch + 1;
+  const int32_t* added_indptr = packed + 4 * batch + 1;
+  const int32_t* added = packed + 5 * batch + 2;
+  for (int32_t b = 0; b < batch; ++b) {
+    int32_t* dst = out + indptr[b];
+    if (keep[b] > 0) std::memcpy(dst, previous + keep_from[b], size_t(keep[b]) * sizeof(int32_t));
+    const int32_t n_added = added_indptr[b + 1] - added_indptr[b];
+    if (n_added > 0) std::memcpy(dst + keep[b], added + added_indptr[b], size_t(n_added) * sizeof(int32_t));
+  }
 }
 
 }  // namespace sieve::kv
