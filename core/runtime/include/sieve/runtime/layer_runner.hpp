@@ -21,6 +21,7 @@
 #include "sieve/policy.h"
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/host_services.hpp"
+#include "sieve/runtime/host_timers.hpp"
 
 namespace sieve::runtime {
 
@@ -121,7 +122,9 @@ class LayerRunner {
   std::vector<std::vector<int32_t>> served_;  // per instance: layers since the last end_step
   std::vector<SelectionSnapshot> snapshots_;
   std::vector<int32_t> kv_len_;
+  std::vector<int32_t> step_lens_;  // end_step's lengths, grow-only
   std::vector<unsigned char> host_scratch_;
+  HostTimers timers_;
   uint64_t buffer_allocations_ = 0;
 };
 
