@@ -38,8 +38,9 @@ struct CudaBackend final : kv_test::Backend {
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     auto get = [](const DLTensor& t, auto& out) {
       out.resize(size_t(numel(t)));
-      if (!out.empty())
+      if (!out.empty()) {
         EXPECT_EQ(cudaMemcpy(out.data(), t.data, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      }
     };
     ViewTables t;
     EXPECT_EQ(view.indptr.device.device_type, kDLCUDA);
@@ -77,13 +78,13 @@ TEST_F(PagedStoreCudaViews, EveryViewOfARandomServingRunIsExact) {
 }
 
 // Batch 16, ragged prompts, then 200 decode steps (12+ page boundaries per sequence, at
-// different steps for each): after every step the device table equals a rebuild on the host
+// different steps for each; each change rides in a kernel's parameters): after every step the device table equals a rebuild on the host
 // from the lengths, and the page ids of each sequence never change once given.
 TEST_F(PagedStoreCudaViews, LongDecodeKeepsTheDeviceTableExact) {
   TestServices svc(stream_);
   {
     const int B = 16, page = 16, hkv = 1, d = 4;
-    Store st(kv::paged_cuda_store_api(), &svc.table, make_config(1, hkv, d, page, kBF16, 1024, kGpu, B));
+    Store st(kv::paged_cuda_store_api(), &svc.table, make_config(1, hkv, d, page, kBF16, 4096, kGpu, B));
     ASSERT_NE(st.s, nullptr) << st.err;
     CudaBackend be(stream_);
     std::vector<int32_t> ids;
@@ -92,7 +93,8 @@ TEST_F(PagedStoreCudaViews, LongDecodeKeepsTheDeviceTableExact) {
     std::vector<std::vector<int32_t>> pages(B);  // page ids seen so far, per sequence
     for (int step = 0; step <= 200 && !HasFatalFailure(); ++step) {
       std::vector<int32_t> indptr = {0};
-      for (int b = 0; b < B; ++b) indptr.push_back(indptr.back() + (step == 0 ? 1 + 7 * b : 1));
+      // The prompts fill ~1500 pages: the first view is a full rebuild through the staging ring.
+      for (int b = 0; b < B; ++b) indptr.push_back(indptr.back() + (step == 0 ? 1 + 200 * b : 1));
       HostTensor k({indptr.back(), hkv, d}, kF32), v({indptr.back(), hkv, d}, kF32);
       auto a = kv_test::make_append(0, ids, indptr, be.tokens(k, 0), be.tokens(v, 1));
       ASSERT_EQ(st.api->append(st.s, &a), SIEVE_OK) << st.error();
@@ -115,6 +117,55 @@ TEST_F(PagedStoreCudaViews, LongDecodeKeepsTheDeviceTableExact) {
         at += np;
       }
       ASSERT_EQ(t.indptr[B], at) << "step " << step;
+    }
+  }
+  EXPECT_EQ(svc.live, 0) << "allocations the store did not free";
+}
+
+// 1000 sequences: the appends' slot lists (> 128) and the views' changes (> 900 ints) are too
+// large for kernel parameters and take the staging ring (full rebuild, last_page_len only, pages
+// added); K in f32 and V in bf16 in one append take one scatter launch each. Every token's K and
+// V read back through every view.
+TEST_F(PagedStoreCudaViews, LargeBatchesTakeTheStagedPaths) {
+  TestServices svc(stream_);
+  {
+    const int B = 1000, page = 16, d = 4;
+    Store st(kv::paged_cuda_store_api(), &svc.table, make_config(1, 1, d, page, kF32, 3 * B, kGpu, B));
+    ASSERT_NE(st.s, nullptr) << st.err;
+    CudaBackend be(stream_);
+    std::vector<int32_t> ids;
+    for (int b = 0; b < B; ++b) ids.push_back(st.add());
+    std::vector<std::vector<float>> tokens(B);
+    float next = 0;
+    for (int per : {1, 1, 15, 1}) {  // rebuild, last_page_len only, a page each, last_page_len only
+      std::vector<int32_t> indptr = {0};
+      for (int b = 0; b < B; ++b) indptr.push_back(indptr.back() + per);
+      HostTensor k({indptr.back(), 1, d}, kF32), v({indptr.back(), 1, d}, kBF16);
+      for (int b = 0; b < B; ++b)
+        for (int32_t r = indptr[b]; r < indptr[b + 1]; ++r) {
+          next += 1;
+          for (int i = 0; i < d; ++i) k.set(int64_t(r) * d + i, next), v.set(int64_t(r) * d + i, float(int(next) % 256));
+          tokens[b].push_back(next);
+        }
+      auto a = kv_test::make_append(0, ids, indptr, be.tokens(k, 0), be.tokens(v, 1));
+      ASSERT_EQ(st.api->append(st.s, &a), SIEVE_OK) << st.error();
+      sieve_paged_kv view{};
+      ASSERT_EQ(st.api->view(st.s, 0, ids.data(), B, &view), SIEVE_OK) << st.error();
+      const ViewTables t = be.read(view);
+      ASSERT_EQ(t.indptr, t.indptr_host) << "per " << per;
+      ASSERT_EQ(t.last, t.last_host) << "per " << per;
+      int64_t wrong = 0;
+      for (int b = 0; b < B; ++b) {
+        const int32_t n = int32_t(tokens[b].size()), np = (n + page - 1) / page;
+        ASSERT_EQ(t.indptr[b + 1] - t.indptr[b], np) << "per " << per << ", sequence " << b;
+        ASSERT_EQ(t.last[b], n - (np - 1) * page) << "per " << per << ", sequence " << b;
+        for (int32_t tok = 0; tok < n; ++tok) {
+          const size_t at = (size_t(t.indices[size_t(t.indptr[b] + tok / page)]) * page + size_t(tok % page)) * d;
+          wrong += t.k[at] != tokens[b][size_t(tok)];
+          wrong += t.v[at + d - 1] != float(int(tokens[b][size_t(tok)]) % 256);
+        }
+      }
+      EXPECT_EQ(wrong, 0) << "per " << per;
     }
   }
   EXPECT_EQ(svc.live, 0) << "allocations the store did not free";

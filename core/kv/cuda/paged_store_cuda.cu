@@ -3,30 +3,34 @@
 // Memory: each layer's K, V (and pre-RoPE K) pool of pages_per_layer pages, the per-layer view
 // arrays (the packed view description of view_delta.hpp, whose first 2 * batch + 1 entries are
 // the view's indptr and last_page_len, [5 * max_batch + 2 + pages_per_layer]; two indices
-// buffers [pages_per_layer], the current view's and the previous one's) and every sidecar are allocated once, in the constructor / register_sidecar, through the host's
-// services->alloc on {kDLCUDA, device}, and freed through services->free in the destructor.
+// buffers [pages_per_layer], the current view's and the previous one's) and every sidecar are
+// allocated once, in the constructor / register_sidecar, through the host's services->alloc on {kDLCUDA, device}, and freed through services->free in the destructor.
 // Eviction returns pages to the free list, so bytes_in_use drops and the pages are reused by
 // later appends, but the device pool itself stays reserved (unlike the CPU store, which gives
 // evicted pages back to the OS): a device pool cannot be partially released, and a page-granular
 // device allocator would put allocation on the hot path.
 //
 // Work: everything is enqueued on services->cuda_stream(host_ctx) and nothing synchronises.
-// append scatters the new tokens with one kernel per staging chunk (dtype conversion f32 / f16 /
-// bf16 -> storage dtype, strided input rows allowed); view uploads what changed in the layer's
-// page table since its previous view (view_delta.hpp): nothing, the last_page_len slice (one
-// small copy), or the packed description followed by one kernel merging the indices from the
-// previous buffer into the other; host work and bytes are O(batch + pages added), not O(pages),
-// except for a full rebuild (first view, another batch, after an eviction); a sidecar's slots of a newly taken page are zeroed with cudaMemsetAsync (runs of
-// consecutive page ids merged into one memset).
+//   - append scatters the new tokens of K, V and pre-RoPE K in one kernel per chunk of slots
+//     (one per dtype when they differ; dtype conversion f32 / f16 / bf16 -> storage dtype,
+//     strided input rows allowed);
+//   - view publishes what changed in the layer's page table since its previous view
+//     (view_delta.hpp): nothing, the last_page_len slice, or the packed description with the
+//     indices merged from the previous buffer into the other, in one kernel; host work and
+//     bytes are O(batch + pages added), not O(pages), except for a full rebuild (first view,
+//     another batch, after an eviction);
+//   - a sidecar's slots of a newly taken page are zeroed with cudaMemsetAsync (runs of
+//     consecutive page ids merged into one memset).
 //
-// Host -> device without a synchronisation: the slot lists and view arrays are produced on the
-// host, so they go through a pinned staging ring (kStages buffers of kStageBytes, allocated at
-// setup with cudaMallocHost). Each upload takes the next buffer, waits on the host for the event
-// recorded after that buffer's previous copy (a wait on a copy enqueued kStages uploads ago,
-// normally long done), fills it, enqueues cudaMemcpyAsync and records the event again. Uploads
-// larger than a buffer are split into chunks. The device-side destination of slot lists is one
-// buffer reused by every chunk: stream order puts each copy after the kernel that read the
-// previous chunk.
+// Host -> device without a synchronisation: a decode step's slot list (up to 128 tokens) and
+// view change (up to 900 ints) ride in the kernel's parameters, so a decode step copies nothing
+// and never waits. Larger slot lists and view descriptions go through a pinned staging ring
+// (kStages buffers of kStageBytes, allocated at setup with cudaMallocHost). Each upload takes the
+// next buffer, waits on the host for the event recorded after that buffer's previous copy (a wait
+// on a copy enqueued kStages uploads ago, normally long done), fills it, enqueues cudaMemcpyAsync
+// and records the event again. Uploads larger than a buffer are split into chunks. The
+// device-side destination of slot lists is one buffer reused by every chunk: stream order puts
+// each copy after the kernel that read the previous chunk.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -88,53 +92,89 @@ struct ScatterSource {
   void* pool;        // destination pages [pages, n_kv_heads, page_size, head_dim]
 };
 
-// One thread per (slot, head, dim): row `src` of the input lands in (page, offset).
+// The inputs one launch scatters (K, V and pre-RoPE K when they share a dtype), in one grid.
+struct ScatterSources {
+  ScatterSource s[3];
+  int32_t n;
+};
+
+// The slots of one launch: a decode step's few slots travel in the kernel's parameters (no copy,
+// no staging buffer), larger appends in device memory (`list`, uploaded through the ring).
+constexpr int64_t kInlineSlots = 128;  // 1.5 KB of the 4 KB of kernel parameters
+struct SlotList {
+  const TokenSlot* list;  // null: the slots are `inline_slots`
+  int64_t n;
+  TokenSlot inline_slots[kInlineSlots];
+};
+
+// One thread per (source, slot, head, dim): row `src` of the input lands in (page, offset).
+// __grid_constant__: the parameters are read in place (indexed by slot), never copied per thread.
 template <class S, class D>
-__global__ void scatter_tokens(const TokenSlot* slots, int64_t n_slots, int32_t hkv, int32_t page_size,
-                               int32_t head_dim, ScatterSource src) {
-  const int64_t total = n_slots * hkv * head_dim;
+__global__ void scatter_tokens(const __grid_constant__ SlotList slots, int32_t hkv, int32_t page_size,
+                               int32_t head_dim, const __grid_constant__ ScatterSources src) {
+  const int64_t per_source = slots.n * hkv * head_dim;
+  const int64_t total = per_source * src.n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int32_t d = int32_t(i % head_dim);
-    const int32_t h = int32_t((i / head_dim) % hkv);
-    const TokenSlot ts = slots[i / (int64_t(head_dim) * hkv)];
-    const S v = static_cast<const S*>(src.data)[ts.src * src.s0 + h * src.s1 + d];
+    const int32_t which = int32_t(i / per_source);
+    const int64_t j = i - which * per_source;
+    const int32_t d = int32_t(j % head_dim);
+    const int32_t h = int32_t((j / head_dim) % hkv);
+    const int64_t k = j / (int64_t(head_dim) * hkv);
+    const TokenSlot ts = slots.list ? slots.list[k] : slots.inline_slots[k];
+    const ScatterSource& in = src.s[which];
+    const S v = static_cast<const S*>(in.data)[ts.src * in.s0 + h * in.s1 + d];
     const int64_t dst = ((int64_t(ts.page) * hkv + h) * page_size + ts.offset) * head_dim + d;
-    static_cast<D*>(src.pool)[dst] = convert<S, D>(v);
+    static_cast<D*>(in.pool)[dst] = convert<S, D>(v);
   }
 }
 
 template <class S, class D>
-cudaError_t launch_scatter(const TokenSlot* slots, int64_t n, int32_t hkv, int32_t page_size,
-                           int32_t head_dim, const ScatterSource& src, cudaStream_t stream) {
-  const int64_t total = n * hkv * head_dim;
+cudaError_t launch_scatter(const SlotList& slots, int32_t hkv, int32_t page_size, int32_t head_dim,
+                           const ScatterSources& src, cudaStream_t stream) {
+  const int64_t total = slots.n * hkv * head_dim * src.n;
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535);
-  scatter_tokens<S, D><<<unsigned(blocks), threads, 0, stream>>>(slots, n, hkv, page_size, head_dim, src);
+  scatter_tokens<S, D><<<unsigned(blocks), threads, 0, stream>>>(slots, hkv, page_size, head_dim, src);
   return cudaGetLastError();
 }
 
 template <class D>
-cudaError_t scatter_to(DLDataType src_dt, const TokenSlot* slots, int64_t n, int32_t hkv, int32_t page_size,
-                       int32_t head_dim, const ScatterSource& src, cudaStream_t stream) {
-  if (same_dtype(src_dt, kF32)) return launch_scatter<float, D>(slots, n, hkv, page_size, head_dim, src, stream);
-  if (same_dtype(src_dt, kF16)) return launch_scatter<__half, D>(slots, n, hkv, page_size, head_dim, src, stream);
-  return launch_scatter<__nv_bfloat16, D>(slots, n, hkv, page_size, head_dim, src, stream);
+cudaError_t scatter_to(DLDataType src_dt, const SlotList& slots, int32_t hkv, int32_t page_size, int32_t head_dim,
+                       const ScatterSources& src, cudaStream_t stream) {
+  if (same_dtype(src_dt, kF32)) return launch_scatter<float, D>(slots, hkv, page_size, head_dim, src, stream);
+  if (same_dtype(src_dt, kF16)) return launch_scatter<__half, D>(slots, hkv, page_size, head_dim, src, stream);
+  return launch_scatter<__nv_bfloat16, D>(slots, hkv, page_size, head_dim, src, stream);
 }
 
-cudaError_t scatter(DLDataType src_dt, DLDataType dst_dt, const TokenSlot* slots, int64_t n, int32_t hkv,
-                    int32_t page_size, int32_t head_dim, const ScatterSource& src, cudaStream_t stream) {
-  if (same_dtype(dst_dt, kF32)) return scatter_to<float>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
-  if (same_dtype(dst_dt, kF16)) return scatter_to<__half>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
-  return scatter_to<__nv_bfloat16>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
+cudaError_t scatter(DLDataType src_dt, DLDataType dst_dt, const SlotList& slots, int32_t hkv, int32_t page_size,
+                    int32_t head_dim, const ScatterSources& src, cudaStream_t stream) {
+  if (same_dtype(dst_dt, kF32)) return scatter_to<float>(src_dt, slots, hkv, page_size, head_dim, src, stream);
+  if (same_dtype(dst_dt, kF16)) return scatter_to<__half>(src_dt, slots, hkv, page_size, head_dim, src, stream);
+  return scatter_to<__nv_bfloat16>(src_dt, slots, hkv, page_size, head_dim, src, stream);
 }
 
 // ---- the view's indices -----------------------------------------------------------------------
 
-__global__ void merge_view_indices(const int32_t* packed, int32_t batch, int32_t nnz, const int32_t* previous,
-                                   int32_t* indices) {
-  for (int32_t i = int32_t(blockIdx.x * blockDim.x + threadIdx.x); i < nnz; i += int32_t(gridDim.x * blockDim.x))
-    indices[i] = merged_page(packed, batch, previous, i);
+// A small int32 array carried in a kernel's parameters: what a decode step changes in a view
+// (its last_page_len, or the packed description of a page boundary) reaches the device without a
+// copy, a staging buffer or an event.
+constexpr int32_t kInlineInts = 900;  // 3.6 KB of the 4 KB of kernel parameters
+struct InlineInts {
+  int32_t n;
+  int32_t v[kInlineInts];
+};
+
+// Writes small.v[0, small.n) to table[0, small.n), and indices[0, nnz) merged from `previous`
+// by the packed description: `packed` (device) when given, else small.v itself.
+__global__ void publish_view_table(const __grid_constant__ InlineInts small, const int32_t* packed, int32_t* table,
+                                   int32_t batch, int32_t nnz, const int32_t* previous, int32_t* indices) {
+  const int32_t* desc = packed ? packed : small.v;
+  const int32_t total = max(nnz, small.n);
+  for (int32_t i = int32_t(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += int32_t(gridDim.x * blockDim.x)) {
+    if (i < small.n) table[i] = small.v[i];
+    if (i < nnz) indices[i] = merged_page(desc, batch, previous, i);
+  }
 }
 
 // Makes the store's device current for the scope of a call.
@@ -238,19 +278,35 @@ class PagedCudaStore final : public PagedStoreBase {
              "append: input on " + device_name(t->device) + ", the store is on " + device_name(g.device));
       return ScatterSource{data_ptr<const void>(*t), stride(*t, 0), stride(*t, 1), pool};
     };
-    const ScatterSource k = source(a.k, l.k), v = source(a.v, l.v);
-    const ScatterSource kp = config().keep_pre_rope_k ? source(a.k_pre_rope, l.k_pre) : ScatterSource{};
+    // K, V (and pre-RoPE K) in one launch when they share a dtype (the usual case), else one
+    // launch per dtype.
+    const DLTensor* inputs[3] = {a.k, a.v, config().keep_pre_rope_k ? a.k_pre_rope : nullptr};
+    void* pools[3] = {l.k, l.v, l.k_pre};
+    std::array<ScatterSources, 3> groups{};
+    std::array<DLDataType, 3> group_dtype{};
+    int n_groups = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (!inputs[i]) continue;
+      int gi = 0;
+      while (gi < n_groups && !same_dtype(group_dtype[size_t(gi)], inputs[i]->dtype)) ++gi;
+      if (gi == n_groups) group_dtype[size_t(n_groups++)] = inputs[i]->dtype;
+      ScatterSources& grp = groups[size_t(gi)];
+      grp.s[grp.n++] = source(inputs[i], pools[i]);
+    }
+    SlotList list;
     for (size_t begin = 0; begin < slots.size(); begin += size_t(kSlotsPerChunk)) {
-      const int64_t n = std::min<int64_t>(kSlotsPerChunk, int64_t(slots.size() - begin));
-      upload(device_slots_, slots.data() + begin, size_t(n) * sizeof(TokenSlot));
-      check_cuda(scatter(a.k->dtype, g.kv_dtype, device_slots_, n, g.n_kv_heads, g.page_size, g.head_dim, k, stream_),
-                 "scatter kernel launch (K)");
-      check_cuda(scatter(a.v->dtype, g.kv_dtype, device_slots_, n, g.n_kv_heads, g.page_size, g.head_dim, v, stream_),
-                 "scatter kernel launch (V)");
-      if (config().keep_pre_rope_k)
-        check_cuda(scatter(a.k_pre_rope->dtype, g.kv_dtype, device_slots_, n, g.n_kv_heads, g.page_size,
-                           g.head_dim, kp, stream_),
-                   "scatter kernel launch (pre-RoPE K)");
+      list.n = std::min<int64_t>(kSlotsPerChunk, int64_t(slots.size() - begin));
+      if (list.n <= kInlineSlots) {
+        list.list = nullptr;
+        std::memcpy(list.inline_slots, slots.data() + begin, size_t(list.n) * sizeof(TokenSlot));
+      } else {
+        upload(device_slots_, slots.data() + begin, size_t(list.n) * sizeof(TokenSlot));
+        list.list = device_slots_;
+      }
+      for (int gi = 0; gi < n_groups; ++gi)
+        check_cuda(scatter(group_dtype[size_t(gi)], g.kv_dtype, list, g.n_kv_heads, g.page_size, g.head_dim,
+                           groups[size_t(gi)], stream_),
+                   "scatter kernel launch");
     }
   }
 
@@ -316,20 +372,32 @@ class PagedCudaStore final : public PagedStoreBase {
     flush_sidecar_clears();
     Layer& l = layers_[size_t(layer)];
     // Stream order keeps the contract: these writes land after every kernel already enqueued
-    // on the previous view, and the indices buffer written is not the current view's.
+    // on the previous view, and the indices buffer written is not the current view's. A decode
+    // step's change fits in the kernel's parameters (InlineInts); a larger one (a full rebuild,
+    // a batch beyond ~170 sequences growing at once) goes through the staging ring first.
+    InlineInts small;
+    small.n = 0;
     if (d.change == ViewChange::kPages) {
-      upload(l.packed, d.packed, ViewDelta::packed_size(d.batch, d.n_added) * sizeof(int32_t));
-      if (d.nnz > 0) {
-        const int threads = 256;
-        const int blocks = int(std::min<int64_t>((int64_t(d.nnz) + threads - 1) / threads, 1024));
-        merge_view_indices<<<blocks, threads, 0, stream_>>>(l.packed, d.batch, d.nnz, l.indices[l.current],
-                                                            l.indices[l.current ^ 1]);
-        check_cuda(cudaGetLastError(), "view indices merge kernel launch");
+      const size_t n = ViewDelta::packed_size(d.batch, d.n_added);
+      const int32_t* packed = nullptr;
+      if (n <= size_t(kInlineInts)) {
+        small.n = int32_t(n);
+        std::memcpy(small.v, d.packed, n * sizeof(int32_t));
+      } else {
+        upload(l.packed, d.packed, n * sizeof(int32_t));
+        packed = l.packed;
       }
+      publish_table(small, packed, l.packed, d.batch, d.nnz, l.indices[l.current], l.indices[l.current ^ 1]);
       l.current ^= 1;
     } else if (d.change == ViewChange::kLastPageLen) {
       const size_t at = ViewDelta::last_at(d.batch);
-      upload(l.packed + at, d.packed + at, size_t(d.batch) * sizeof(int32_t));
+      if (d.batch <= kInlineInts) {
+        small.n = d.batch;
+        std::memcpy(small.v, d.packed + at, size_t(d.batch) * sizeof(int32_t));
+        publish_table(small, nullptr, l.packed + at, d.batch, 0, nullptr, nullptr);
+      } else {
+        upload(l.packed + at, d.packed + at, size_t(d.batch) * sizeof(int32_t));
+      }
     }
     const DLDataType dt = g.kv_dtype;
     out->k_pages = make_view(l.k, g.device, dt, 4, l.page_shape.data());
@@ -373,6 +441,16 @@ class PagedCudaStore final : public PagedStoreBase {
     void* p = raw_alloc(bytes, what);
     owned_.push_back(p);
     return p;
+  }
+
+  void publish_table(const InlineInts& small, const int32_t* packed, int32_t* table, int32_t batch, int32_t nnz,
+                     const int32_t* previous, int32_t* indices) {
+    const int64_t total = std::max<int64_t>(nnz, small.n);
+    if (total == 0) return;
+    const int threads = 256;
+    const int blocks = int(std::min<int64_t>((total + threads - 1) / threads, 1024));
+    publish_view_table<<<blocks, threads, 0, stream_>>>(small, packed, table, batch, nnz, previous, indices);
+    check_cuda(cudaGetLastError(), "view table kernel launch");
   }
 
   // Host -> device copy through the pinned ring, split into buffer-sized chunks.
