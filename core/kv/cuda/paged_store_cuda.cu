@@ -13,7 +13,9 @@
 // Work: everything is enqueued on services->cuda_stream(host_ctx) and nothing synchronises.
 //   - append scatters the new tokens of K, V and pre-RoPE K in one kernel per chunk of slots
 //     (one per dtype when they differ; dtype conversion f32 / f16 / bf16 -> storage dtype,
-//     strided input rows allowed);
+//     strided input rows allowed); a decode step's launch also writes the layer's view
+//     last_page_len when the base knows it (write_tokens' view_last), so that view has nothing
+//     left to publish;
 //   - view publishes what changed in the layer's page table since its previous view
 //     (view_delta.hpp): nothing, the last_page_len slice, or the packed description with the
 //     indices merged from the previous buffer into the other, in one kernel; host work and
@@ -100,11 +102,15 @@ struct ScatterSources {
 
 // The slots of one launch: a decode step's few slots travel in the kernel's parameters (no copy,
 // no staging buffer), larger appends in device memory (`list`, uploaded through the ring).
-constexpr int64_t kInlineSlots = 128;  // 1.5 KB of the 4 KB of kernel parameters
+// A launch may also write a view's last_page_len (PagedStoreBase::write_tokens' view_last).
+constexpr int64_t kInlineSlots = 128;  // 2 KB with view_last, of the 4 KB of kernel parameters
 struct SlotList {
   const TokenSlot* list;  // null: the slots are `inline_slots`
   int64_t n;
   TokenSlot inline_slots[kInlineSlots];
+  int32_t* last_dst;  // null, or where view_last[0, n_last) goes
+  int32_t n_last;
+  int32_t view_last[kInlineSlots];
 };
 
 // One thread per (source, slot, head, dim): row `src` of the input lands in (page, offset).
@@ -112,6 +118,8 @@ struct SlotList {
 template <class S, class D>
 __global__ void scatter_tokens(const __grid_constant__ SlotList slots, int32_t hkv, int32_t page_size,
                                int32_t head_dim, const __grid_constant__ ScatterSources src) {
+  if (slots.last_dst && blockIdx.x == 0 && int32_t(threadIdx.x) < slots.n_last)  // blockDim >= kInlineSlots
+    slots.last_dst[threadIdx.x] = slots.view_last[threadIdx.x];
   const int64_t per_source = slots.n * hkv * head_dim;
   const int64_t total = per_source * src.n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
@@ -133,7 +141,8 @@ template <class S, class D>
 cudaError_t launch_scatter(const SlotList& slots, int32_t hkv, int32_t page_size, int32_t head_dim,
                            const ScatterSources& src, cudaStream_t stream) {
   const int64_t total = slots.n * hkv * head_dim * src.n;
-  const int threads = 256;
+  constexpr int threads = 256;
+  static_assert(threads >= kInlineSlots, "block 0 writes view_last, one thread per entry");
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535);
   scatter_tokens<S, D><<<unsigned(blocks), threads, 0, stream>>>(slots, hkv, page_size, head_dim, src);
   return cudaGetLastError();
@@ -267,7 +276,8 @@ class PagedCudaStore final : public PagedStoreBase {
     events_made_ = true;
   }
 
-  void write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a) override {
+  bool write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a,
+                    const int32_t* view_last) override {
     const auto& g = geometry();
     DeviceScope scope(g.device.device_id);
     flush_sidecar_clears();
@@ -294,6 +304,11 @@ class PagedCudaStore final : public PagedStoreBase {
       grp.s[grp.n++] = source(inputs[i], pools[i]);
     }
     SlotList list;
+    // A decode step's view change (the view's last_page_len) goes with its one launch.
+    const bool publish = view_last && a.batch <= kInlineSlots && int64_t(slots.size()) <= kInlineSlots;
+    list.last_dst = publish ? l.packed + ViewDelta::last_at(a.batch) : nullptr;
+    list.n_last = publish ? a.batch : 0;
+    if (publish) std::memcpy(list.view_last, view_last, size_t(a.batch) * sizeof(int32_t));
     for (size_t begin = 0; begin < slots.size(); begin += size_t(kSlotsPerChunk)) {
       list.n = std::min<int64_t>(kSlotsPerChunk, int64_t(slots.size() - begin));
       if (list.n <= kInlineSlots) {
@@ -303,11 +318,14 @@ class PagedCudaStore final : public PagedStoreBase {
         upload(device_slots_, slots.data() + begin, size_t(list.n) * sizeof(TokenSlot));
         list.list = device_slots_;
       }
-      for (int gi = 0; gi < n_groups; ++gi)
+      for (int gi = 0; gi < n_groups; ++gi) {
         check_cuda(scatter(group_dtype[size_t(gi)], g.kv_dtype, list, g.n_kv_heads, g.page_size, g.head_dim,
                            groups[size_t(gi)], stream_),
                    "scatter kernel launch");
+        list.last_dst = nullptr;  // written once
+      }
     }
+    return publish;
   }
 
   void allocate_sidecar(int32_t slot) override {

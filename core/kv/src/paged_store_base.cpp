@@ -176,7 +176,29 @@ void PagedStoreBase::append(const sieve_kv_append& a) {
       ++s.resident[a.layer];
     }
   }
-  if (!slots.empty()) write_tokens(a.layer, slots, a);
+  if (slots.empty()) return;
+  // A decode step appends to exactly the sequences of the layer's last view, in its order, and
+  // usually fills no new page: then the next view differs only in last_page_len, known now, and a
+  // store may publish it with the tokens (one launch less per layer on a device); the next view
+  // of the layer then finds nothing changed.
+  const int32_t* view_last = nullptr;
+  PublishedView& pv = views_[a.layer];
+  if (new_pages == 0 && pv.valid && int32_t(pv.seq_ids.size()) == a.batch) {
+    bool same = true;
+    for (int32_t b = 0; b < a.batch && same; ++b)
+      same = pv.seq_ids[b] == a.seq_ids[b] && pv.versions[b] == sequence(a.seq_ids[b]).version[a.layer];
+    if (same) {
+      view_last_.resize(size_t(a.batch));
+      for (int32_t b = 0; b < a.batch; ++b) {
+        const Sequence& s = sequence(a.seq_ids[b]);
+        view_last_[b] = s.pages[a.layer].empty() ? 0 : s.last_len[a.layer];
+      }
+      view_last = view_last_.data();
+    }
+  }
+  const bool published = write_tokens(a.layer, slots, a, view_last);
+  if (view_last && published)
+    std::copy(view_last_.begin(), view_last_.end(), pv.packed.begin() + ptrdiff_t(ViewDelta::last_at(a.batch)));
 }
 
 // The view is described against the previous view of the same layer (view_delta.hpp), so a

@@ -83,7 +83,10 @@ class PagedCpuStore final : public PagedStoreBase {
     }
   }
 
-  void write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a) override {
+  // The view's last_page_len is the base's host array itself: publishing `view_last` is the
+  // base's copy into it.
+  bool write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a,
+                    const int32_t* view_last) override {
     const auto& g = geometry();
     Layer& l = layers_[size_t(layer)];
     const DLDataType st = g.kv_dtype;
@@ -107,6 +110,7 @@ class PagedCpuStore final : public PagedStoreBase {
     copy(a.k, l.k);
     copy(a.v, l.v);
     if (config().keep_pre_rope_k) copy(a.k_pre_rope, l.k_pre);
+    return view_last != nullptr;
   }
 
   void allocate_sidecar(int32_t slot) override {

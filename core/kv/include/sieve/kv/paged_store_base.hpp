@@ -57,8 +57,12 @@ class PagedStoreBase {
  protected:
   // Storage hooks of a concrete store.
   virtual void allocate_pools() = 0;  // called once from the concrete constructor
-  virtual void write_tokens(int32_t layer, const std::vector<TokenSlot>& slots,
-                            const sieve_kv_append& a) = 0;
+  // `view_last` (null, or [a.batch]): the layer's last view lists exactly the append's sequences
+  // in its order and no page is added, so this is that view's last_page_len after the append. A
+  // store that publishes it into the view's table along with the tokens returns true (the next
+  // view of the layer is then unchanged); false leaves it to the next view.
+  virtual bool write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a,
+                            const int32_t* view_last) = 0;
   virtual void allocate_sidecar(int32_t slot) = 0;  // storage for every layer of sidecar `slot`
   virtual void clear_sidecar_page(int32_t layer, int32_t slot, int32_t page) = 0;
   virtual void release_pages(int32_t layer, const std::vector<int32_t>& pages) = 0;
@@ -102,6 +106,7 @@ class PagedStoreBase {
   std::vector<int64_t> pages_in_use_;             // per layer
   std::vector<PublishedView> views_;              // per layer
   std::vector<TokenSlot> slots_;                  // append's scratch, grow-only
+  std::vector<int32_t> view_last_;                // append's scratch, grow-only
   uint64_t next_version_ = 0;
   std::string last_error_;
 };
