@@ -1,11 +1,14 @@
 # The installed SDK: headers (api/CMakeLists.txt), libsieve_runtime.so (core/runtime), the CLIs
 # (hosts/), every plugin under ${SIEVE_PLUGIN_INSTALL_DIR} (sieve_add_plugin), and here the CMake
-# package (find_package(Sieve): Sieve::api, Sieve::runtime, sieve_plugin_properties) and the
+# package (find_package(Sieve): Sieve::api, Sieve::plugin_support, Sieve::runtime,
+# sieve_plugin_properties) and the
 # pkg-config files (sieve: the plugin ABI headers; sieve-runtime: the C host API + library).
 # The runtime finds the plugin directory relative to itself (discovery.hpp), so any prefix works:
 #   cmake --install build --prefix /opt/sieve
 include(CMakePackageConfigHelpers)
 set(SIEVE_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Sieve)
+set(SIEVE_PLUGIN_SUPPORT_FILE
+    ${CMAKE_STATIC_LIBRARY_PREFIX}sieve_plugin_support${CMAKE_STATIC_LIBRARY_SUFFIX})
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/SieveConfig.cmake.in
   ${PROJECT_BINARY_DIR}/SieveConfig.cmake

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define SIEVE_ABI_MAJOR 1u
-#define SIEVE_ABI_MINOR 0u
+#define SIEVE_ABI_MINOR 1u
 
 /* Exported-symbol decoration for the one entry point of a plugin. */
 #if defined(_WIN32)

@@ -68,6 +68,15 @@ typedef enum sieve_cuda_graph_level {
   SIEVE_CUDA_GRAPH_FULL = 2           /* capturable across steps (device-side lengths only) */
 } sieve_cuda_graph_level;
 
+/* What a policy's selection is computed from (ABI 1.1, `selection_basis`). Conformance probes a
+ * content-based selection with a planted workload it must find (docs/conformance.md). */
+typedef enum sieve_selection_basis {
+  SIEVE_SELECTION_BASIS_UNDECLARED = 0, /* a 1.0 plugin, or not said: probed, warned, not failed */
+  SIEVE_SELECTION_BASIS_CONTENT = 1,    /* scores keys against queries: must find planted keys */
+  SIEVE_SELECTION_BASIS_POSITIONAL = 2, /* content-blind by design (sinks + recent window) */
+  SIEVE_SELECTION_BASIS_NONE = 3        /* never narrows the selection (dense, corrections) */
+} sieve_selection_basis;
+
 typedef struct sieve_policy_descriptor {
   sieve_header hdr;
   const char* name;      /* [a-z0-9_]+, unique among loaded plugins: "quest" */
@@ -83,6 +92,12 @@ typedef struct sieve_policy_descriptor {
   uint32_t needs;           /* sieve_needs_bits */
   uint32_t evicts_kv;       /* 1: end_step may evict pages */
   uint32_t cuda_graph;      /* sieve_cuda_graph_level */
+  /* ---- ABI 1.1 (read only when SIEVE_HAS_FIELD says the plugin has them) ---- */
+  /* Parameters `sieve conform` uses instead of the schema defaults, in a chain item's syntax
+   * ("k=v,k=v", int lists in brackets): e.g. budgets small enough that the conformance contexts
+   * reach the sparse path, a built-in gate instead of a weights file. NULL or "": defaults. */
+  const char* conform_params;
+  uint32_t selection_basis; /* sieve_selection_basis */
 } sieve_policy_descriptor;
 
 /* ---- Per-call context ------------------------------------------------------------------------ */

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sieve/runtime/conformance.hpp>
 #include <sieve/runtime/params.hpp>
 #include <sieve/runtime/registry.hpp>
 
@@ -64,6 +65,8 @@ nlohmann::json plugin_json(const LoadedPlugin& p) {
     j["needs"] = needs_names(d->needs);
     j["evicts_kv"] = d->evicts_kv != 0;
     j["cuda_graph"] = cuda_graph_name(d->cuda_graph);
+    j["selection_basis"] = selection_basis_name(declared_selection_basis(*d));  // ABI 1.1
+    j["conform_params"] = declared_conform_params(*d);
     auto hooks = nlohmann::json::array();
     if (api->on_append) hooks.push_back("on_append");
     if (api->select) hooks.push_back("select");
@@ -106,6 +109,8 @@ void print_plugin(const LoadedPlugin& p) {
     std::printf("  selection  %s   needs %s   evicts KV %s   CUDA graph %s\n",
                 selection_heads_name(d->selection_heads).c_str(), needs_names(d->needs).c_str(),
                 d->evicts_kv ? "yes" : "no", cuda_graph_name(d->cuda_graph).c_str());
+    std::printf("  basis      %s   conform with %s\n", selection_basis_name(declared_selection_basis(*d)),
+                *declared_conform_params(*d) ? declared_conform_params(*d) : "the defaults");
     std::printf("  hooks      %s\n", hooks.c_str());
     std::printf("  parameters\n%s", format_schema(ParamSchema::of(*api), "    ").c_str());
   }

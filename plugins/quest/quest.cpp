@@ -74,6 +74,8 @@ class QuestPolicy final : public sp::PolicyBase {
       .needs = SIEVE_NEEDS_SIDECARS,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
+      .conform_params = "token_budget=64",
+      .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {

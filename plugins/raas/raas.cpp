@@ -116,6 +116,8 @@ class RaasPolicy final : public sp::PolicyBase {
       .needs = SIEVE_NEEDS_SIDECARS,
       .evicts_kv = 1,
       .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
+      .conform_params = "token_budget=256,pin_prefill=false",
+      .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {

@@ -7,8 +7,8 @@
 // off by at most gamma_n * sum |terms| in ANY order of additions. That is what makes a bound hold
 // for every BLAS kernel (AVX2, AVX-512, Zen), SIMD width, FMA contraction, thread split and GPU
 // reduction tree: it does not assume the order, so no CPU can exceed it. Typical errors are
-// ~sqrt(n) u (random rounding), so these bounds sit 10-1000x above what a run shows; each test
-// that uses one also checks that a real bug (a dropped key, a wrong normaliser) lands far above.
+// ~sqrt(n) u (random rounding), so these bounds sit 10-5000x above what a run shows, still far
+// below what a real bug gives (a dropped key, a wrong normaliser): docs/testing.md, step 4.
 #pragma once
 #include <dlpack/dlpack.h>
 

@@ -81,8 +81,13 @@ TEST(ConformCli, JsonStdoutStaysCleanWhenThePluginLogs) {
   CliResult both = conform(streaming + " --json --param window=100000");
   EXPECT_THAT(both.out, HasSubstr("warn")) << "the plugin should have logged a warning";
   CliResult r = conform(streaming + " --json --param window=100000", false);
-  EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(parse(r)["passed"], true);
+  // A window that covers every context never reaches the sparse path: the report says so (exit 1),
+  // and stdout is still the report alone.
+  EXPECT_EQ(r.status, 1) << r.out;
+  nlohmann::json j = parse(r);
+  EXPECT_EQ(j["passed"], false);
+  ASSERT_NE(check(j, "sparse_path_cpu"), nullptr);
+  EXPECT_EQ((*check(j, "sparse_path_cpu"))["result"], "fail");
 }
 
 TEST(ConformCli, FailingPluginExitsOne) {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "error_of.hpp"
 #include "model_files.hpp"
 #include "sieve/model/engine.hpp"
 #include "sieve/model/llama2c.hpp"
@@ -22,20 +23,11 @@
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using ::testing::Not;
 using namespace sieve;
 
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const sieve::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // ---- the executable, measured ---------------------------------------------------------------
 

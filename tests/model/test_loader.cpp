@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "error_of.hpp"
 #include "model_files.hpp"
 #include "sieve/model/engine.hpp"
 #include "sieve/model/generate.hpp"
@@ -17,16 +18,7 @@ using namespace sieve;
 
 namespace {
 
-// The message of the sieve::Error `f` throws ("" if it does not throw).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const sieve::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Greedy tokens after a short prompt (random tiny models: an untied classifier, so greedy does not
 // just echo the input token).

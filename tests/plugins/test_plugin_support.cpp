@@ -56,6 +56,8 @@ class ProbePolicy final : public sp::PolicyBase {
       .needs = 0,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
+      .conform_params = nullptr,
+      .selection_basis = SIEVE_SELECTION_BASIS_UNDECLARED,
   };
   static inline int validate_calls = 0;
   static inline Throw select_throws = Throw::none;
@@ -117,6 +119,8 @@ class MinimalPolicy final : public AppendBase {
       .needs = 0,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_FULL,
+      .conform_params = nullptr,
+      .selection_basis = SIEVE_SELECTION_BASIS_UNDECLARED,
   };
   using AppendBase::AppendBase;
 };

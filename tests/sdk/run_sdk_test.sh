@@ -8,7 +8,8 @@
 #      chain held fewer KV bytes than dense);
 #   3. a host: hosts/c_host built out of tree against the installed Sieve::runtime and run with the
 #      example in its chain; and the same C file built with pkg-config only, finding the installed
-#      plugins next to the installed runtime library; and the Python ctypes host on the install.
+#      plugins next to the installed runtime library; and the Python ctypes host on the install;
+#   4. every code block of the guide compiled (doc_units.py); its C++ plugin conformed and run.
 # usage: run_sdk_test.sh SOURCE_DIR BUILD_DIR WORK_DIR CMAKE_COMMAND [GENERATOR]
 set -euo pipefail
 SRC=$1
@@ -76,4 +77,48 @@ if command -v python3 > /dev/null; then
   python3 "$PREFIX/share/doc/Sieve/examples/python_ctypes/sieve_host.py" "$(find "$PREFIX" -name libsieve_runtime.so | head -1)" ||
     fail "the Python ctypes host failed"
 fi
+
+# 4. Every code block of the guide (tests/sdk/doc_units.py pulls them out of the markdown): the C
+#    outline of h2o.c against the installed headers, §1's CMake project around h2o.c, §11's C++
+#    plugin on the installed Sieve::plugin_support (built, conformed, run in a chain), §10's chains.
+command -v python3 > /dev/null || fail "python3 is needed to read the guide's code blocks"
+UNITS="$WORK/guide"
+python3 "$SRC/tests/sdk/doc_units.py" "$SRC/docs/plugin-authoring.md" "$UNITS" ||
+  fail "docs/plugin-authoring.md has code the test would not compile (above)"
+for u in guide.c h2o/CMakeLists.txt recent/CMakeLists.txt recent/recent.cpp chains.txt; do
+  [ -f "$UNITS/$u" ] || fail "docs/plugin-authoring.md has no block for unit $u"
+done
+mkdir -p "$UNITS/outline"
+cat > "$UNITS/outline/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(guide_outline LANGUAGES C)
+find_package(Sieve 0.1 REQUIRED)
+add_library(outline OBJECT ../guide.c)
+set_target_properties(outline PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)
+target_compile_options(outline PRIVATE -Wall -Werror)
+target_link_libraries(outline PRIVATE Sieve::api)
+CMAKE
+build_unit() {  # DIR WHAT: configure and build DIR against the install, or fail saying WHAT
+  { cmake -S "$1" -B "$1/build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build "$1/build"; } > "$1/build.log" 2>&1 || { cat "$1/build.log"; fail "$2"; }
+}
+build_unit "$UNITS/outline" "the guide's C blocks (unit guide.c) do not compile"
+cp "$SRC/docs/examples/h2o/h2o.c" "$UNITS/h2o/"
+build_unit "$UNITS/h2o" "the guide's §1 CMakeLists.txt does not build h2o.c"
+[ -f "$UNITS/h2o/build/libsieve_h2o.so" ] || fail "the guide's §1 project built no libsieve_h2o.so"
+build_unit "$UNITS/recent" "the guide's C++ plugin does not build against the installed Sieve::plugin_support"
+"$PREFIX/bin/sieve" conform "$UNITS/recent/build/libsieve_recent.so" > "$ROOT/recent.log" 2>&1 ||
+  { cat "$ROOT/recent.log"; fail "the guide's C++ plugin does not conform"; }
+grep -Eq '^PASS: [0-9]+ passed, 0 failed' "$ROOT/recent.log" || fail "recent: sieve conform did not pass"
+"$PREFIX/bin/sieve" eval --plugin-dir "$UNITS/recent/build" --chain 'decode:*=recent(pages=4)' \
+  --steps 48 > "$ROOT/recent_eval.log" 2>&1 ||
+  { cat "$ROOT/recent_eval.log"; fail "the guide's C++ plugin did not run in a chain"; }
+echo "== the guide's C++ plugin: built on Sieve::plugin_support, conformed, ran in a chain"
+while IFS= read -r line; do
+  chain=${line%%  *}  # the chain, before the two-space gap and its comment
+  [ -n "$chain" ] || continue
+  "$PREFIX/bin/sieve" eval --plugin-dir "$WORK/h2o/build" --chain "$chain" --steps 8 \
+    > "$ROOT/chain.log" 2>&1 || { cat "$ROOT/chain.log"; fail "the guide's chain '$chain' does not run"; }
+done < "$UNITS/chains.txt"
+echo "== every code block of docs/plugin-authoring.md compiled; its chains ran"
 echo "sdk test: PASS"

@@ -20,7 +20,9 @@ void fill(HostTensor& t, float v) {
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v);
 }
 
-std::vector<float> unit_vector(std::mt19937& rng, int32_t d) {
+}  // namespace
+
+std::vector<float> random_unit_vector(std::mt19937& rng, int32_t d) {
   std::normal_distribution<float> normal;
   std::vector<float> u(static_cast<size_t>(d));
   double n2 = 0;
@@ -31,8 +33,6 @@ std::vector<float> unit_vector(std::mt19937& rng, int32_t d) {
   for (float& x : u) x = float(x / std::sqrt(n2));
   return u;
 }
-
-}  // namespace
 
 Workload::Workload(WorkloadSpec s) : spec(std::move(s)) {
   const int32_t hq = spec.n_q_heads, hkv = spec.n_kv_heads, d = spec.head_dim,
@@ -92,7 +92,7 @@ Workload::Workload(WorkloadSpec s) : spec(std::move(s)) {
   const float amp = float(std::sqrt(spec.heavy_logit * std::sqrt(double(d))));
   const int32_t n_dirs = std::max(spec.heavy_directions, 0);
   std::vector<std::vector<float>> dirs(size_t(hkv) * n_dirs);
-  for (auto& u : dirs) u = unit_vector(rng, d);
+  for (auto& u : dirs) u = random_unit_vector(rng, d);
   std::normal_distribution<float> normal;
   std::uniform_real_distribution<double> uniform;
 

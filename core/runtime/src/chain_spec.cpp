@@ -479,6 +479,11 @@ bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve
         avail += n;
       }
       line += avail.empty() ? "; no policy plugins are loaded" : "; available: " + avail;
+      // The policy may be in one of the files that did not load: say which and why.
+      if (!p && !registry.failures().empty()) {
+        line += "; plugin files not loaded:";
+        for (const auto& f : registry.failures()) line += " [" + f.reason + "]";
+      }
       errors->push_back(line);
       continue;
     }

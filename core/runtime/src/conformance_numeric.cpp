@@ -1,6 +1,7 @@
 // The numeric / device part of `sieve conform`: the plugin's hooks on real tensors, through the
 // same runtime path a host uses (KV store, LayerRunner, core kernels), against the f64 reference;
-// then its error paths with missing arguments. A plugin that crashes here fails the check it was
+// whether a selecting plugin ever leaves the dense path, and whether it finds planted keys
+// (docs/conformance.md); then its error paths with missing arguments. A plugin that crashes here fails the check it was
 // in: conform() runs this part in a forked child.
 #include <algorithm>
 #include <cstdio>
@@ -35,25 +36,40 @@ std::string fmt(double v) {
   return b;
 }
 
-// Geometries the plugin declares: GQA 1/2/4/8, head dims 8/64/128, the first page size it lists
-// among 16/32/64, ragged contexts (a last page of 1, 5, and a sequence shorter than a page).
-// With a --geometry override: that one geometry (fields not given as declared_geometry picks them).
+// Context lengths of the numeric checks, in tokens. A selecting plugin's conformance budgets
+// (its conform_params) must be several times smaller, so that the long sequence reaches the
+// sparse path (docs/conformance.md: budgets of at most 256 tokens).
+constexpr int32_t kLongDecode = 1024;   // + 1: a last page of one token
+constexpr int32_t kLongPrefill = 512;   // + 5
+constexpr int32_t kPrefillQueries = 131;  // new tokens per sequence: two query blocks of 64 and a tail
+constexpr int32_t kMaxConformBudget = 256;  // what docs/conformance.md promises reaches the sparse path
+
+// Ragged batches with short sequences AHEAD of the long one (a row written at a fixed per-row
+// offset then lands in the wrong place): shorter than a page, a last page of 5, the long one.
+std::vector<int32_t> contexts(uint32_t phase, int32_t page) {
+  if (phase == SIEVE_PHASE_PREFILL) return {page - 3, 3 * page + 5, kLongPrefill + 5};
+  return {page - 3, 2 * page + 5, kLongDecode + 1};
+}
+
+// Geometries the plugin declares: at the first page size it lists among 16/32/64, GQA 1/2/4/8 at
+// head dims 8/64/128 plus bf16/f16 when declared; then one geometry at each further listed page
+// size among 32/64. With a --geometry override: that one geometry (fields not given as
+// declared_geometry picks them).
 std::vector<Config> configs(const sieve_policy_descriptor& d, uint32_t phase, const GeometryOverride& o) {
-  int32_t page = 0;
+  std::vector<int32_t> pages;
   for (int32_t p : {16, 32, 64})
-    if (!page && listed(d.page_sizes, d.n_page_sizes, p)) page = p;
-  if (o.page_size) page = o.page_size;
+    if (listed(d.page_sizes, d.n_page_sizes, p)) pages.push_back(p);
+  if (o.page_size) pages = {o.page_size};
   std::vector<Config> out;
-  if (!page) return out;
+  if (pages.empty()) return out;
+  const int32_t page = pages.front();
   const bool prefill = phase == SIEVE_PHASE_PREFILL;
-  const std::vector<int32_t> ctx = prefill ? std::vector<int32_t>{3 * page + 5, page - 3}
-                                           : std::vector<int32_t>{9 * page + 1, 2 * page + 5, page - 3};
-  const int32_t new_tokens = prefill ? 2 * page + 3 : 1;
+  const int32_t new_tokens = prefill ? kPrefillQueries : 1;
   if (o.any()) {
     const sieve_geometry g = declared_geometry(d, o);
     const int32_t hkv = o.n_kv_heads ? o.n_kv_heads : o.n_q_heads ? (o.n_q_heads % 2 ? 1 : 2) : 2;
     const int32_t hq = o.n_q_heads ? o.n_q_heads : 4 * hkv;
-    out.push_back({hq, hkv, g.head_dim, page, ctx, new_tokens, g.kv_dtype});
+    out.push_back({hq, hkv, g.head_dim, page, contexts(phase, page), new_tokens, g.kv_dtype});
     return out;
   }
   for (int32_t dim : {8, 64, 128}) {
@@ -61,13 +77,15 @@ std::vector<Config> configs(const sieve_policy_descriptor& d, uint32_t phase, co
     for (int32_t group : {1, 2, 4, 8}) {
       // Large head dims with every GQA ratio would only repeat the same code path slowly.
       if (dim == 128 && group != 4) continue;
-      out.push_back({2 * group, 2, dim, page, ctx, new_tokens, kF32});
+      out.push_back({2 * group, 2, dim, page, contexts(phase, page), new_tokens, kF32});
     }
   }
-  if ((d.dtypes & SIEVE_DTYPE_BF16) && listed(d.head_dims, d.n_head_dims, 64))
-    out.push_back({8, 2, 64, page, ctx, new_tokens, kBF16});
-  if ((d.dtypes & SIEVE_DTYPE_F16) && listed(d.head_dims, d.n_head_dims, 64))
-    out.push_back({8, 2, 64, page, ctx, new_tokens, kF16});
+  const int32_t dim = listed(d.head_dims, d.n_head_dims, 64) ? 64 : out.empty() ? 0 : out.back().d;
+  if (dim == 0) return out;
+  if (d.dtypes & SIEVE_DTYPE_BF16) out.push_back({8, 2, dim, page, contexts(phase, page), new_tokens, kBF16});
+  if (d.dtypes & SIEVE_DTYPE_F16) out.push_back({8, 2, dim, page, contexts(phase, page), new_tokens, kF16});
+  for (size_t i = 1; i < pages.size(); ++i)
+    out.push_back({8, 2, dim, pages[i], contexts(phase, pages[i]), new_tokens, kF32});
   return out;
 }
 
@@ -95,11 +113,52 @@ std::string config_name(const Config& c) {
          ", page " + std::to_string(c.page) + ", " + dtype_name(c.dtype);
 }
 
+// Layers each numeric run goes through in its one step: an instance serving several layers
+// (DELTA selects at a Δ-layer and reuses the selection at the next) reaches its sparse layer.
+constexpr int32_t kRunLayers = 2;
+
+// The one-instance chain of the plugin over every layer of a phase, with the conformance
+// parameters (conform_params and --param; the schema's defaults otherwise).
+bool plugin_chain(const LoadedPlugin& plugin, const std::string& phase_name, const ConformOptions& options,
+                  ChainSpec* chain, std::string* error) {
+  if (!parse_chain_spec(phase_name + ":*=" + plugin.name(), chain, error)) return false;
+  chain->instances.at(0).params = options.params;
+  chain->instances.at(0).params_given = !options.params.empty();
+  return true;
+}
+
+SyntheticSpec synthetic_spec(const Config& c, uint32_t phase, DLDevice device, const ConformOptions& options,
+                             uint64_t seed) {
+  SyntheticSpec s;
+  s.phase = phase;
+  s.n_q_heads = c.hq;
+  s.n_kv_heads = c.hkv;
+  s.head_dim = c.d;
+  s.page_size = c.page;
+  s.n_layers = std::max(kRunLayers, options.geometry.n_layers);
+  s.run_layers = kRunLayers;
+  s.context = c.context;
+  s.new_tokens = c.new_tokens;
+  s.kv_dtype = c.dtype;
+  s.device = device;
+  s.seed = seed;
+  s.timing_reps = 1;
+  return s;
+}
+
+const char* device_word(DLDevice device) { return device.device_type == kDLCUDA ? "cuda" : "cpu"; }
+
+// Where the numeric runs of one device left the dense path (for sparse_path_<device>).
+struct SparseEvidence {
+  int runs = 0;
+  std::string reached;  // "" when no run attended less than every key or evicted anything
+};
+
 void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevice device, uint32_t phase,
-                    const ConformOptions& options, ConformReport* report) {
+                    const ConformOptions& options, ConformReport* report, SparseEvidence* sparse) {
   const sieve_policy_descriptor& desc = *plugin.descriptor();
   const std::string phase_name = phase == SIEVE_PHASE_PREFILL ? "prefill" : "decode";
-  const std::string name = "numeric_" + std::string(device.device_type == kDLCUDA ? "cuda" : "cpu") + "_" + phase_name;
+  const std::string name = "numeric_" + std::string(device_word(device)) + "_" + phase_name;
   const auto cfgs = configs(desc, phase, options.geometry);
   if (cfgs.empty()) {
     report->skip(name, "no declared head dim among 8/64/128 or page size among 16/32/64");
@@ -111,13 +170,11 @@ void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevi
   }
   ChainSpec chain;
   std::string error;
-  if (!parse_chain_spec(phase_name + ":0=" + plugin.name(), &chain, &error)) {
+  if (!plugin_chain(plugin, phase_name, options, &chain, &error)) {
     report->fail(name, "chain for the plugin: " + error);
     return;
   }
-  chain.instances.at(0).params = options.params;  // --param (the schema's defaults otherwise)
-  chain.instances.at(0).params_given = !options.params.empty();
-  double worst_kernel = 0, worst_dense = 0, min_recall = 1;
+  double worst_kernel = 0, worst_dense = 0, min_recall = 1, min_attended = 1;
   uint64_t hook_allocs = 0;
   std::string worst_cfg;
   int runs = 0;
@@ -125,21 +182,8 @@ void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevi
     if (!(desc.dtypes & (same_dtype(c.dtype, kF32) ? SIEVE_DTYPE_F32 : same_dtype(c.dtype, kBF16) ? SIEVE_DTYPE_BF16
                                                                                                : SIEVE_DTYPE_F16)))
       continue;
-    SyntheticSpec s;
-    s.phase = phase;
-    s.n_q_heads = c.hq;
-    s.n_kv_heads = c.hkv;
-    s.head_dim = c.d;
-    s.page_size = c.page;
-    s.n_layers = options.geometry.n_layers ? options.geometry.n_layers : 1;
-    s.context = c.context;
-    s.new_tokens = c.new_tokens;
-    s.kv_dtype = c.dtype;
-    s.device = device;
-    s.seed = 1234 + uint64_t(runs);
-    s.timing_reps = 1;
     SyntheticReport r;
-    if (!run_synthetic(s, chain, registry, &r, &error)) {
+    if (!run_synthetic(synthetic_spec(c, phase, device, options, 1234 + uint64_t(runs)), chain, registry, &r, &error)) {
       report->fail(name, config_name(c) + ": " + error);
       return;
     }
@@ -160,20 +204,96 @@ void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevi
     if (r.kernel_rel_err > worst_kernel) worst_kernel = r.kernel_rel_err, worst_cfg = config_name(c);
     worst_dense = std::max(worst_dense, r.rel_err);
     min_recall = std::min(min_recall, r.recall);
+    min_attended = std::min(min_attended, r.attended_fraction);
+    if (sparse->reached.empty() && (r.attended_fraction < 1 || r.evicted_bytes > 0))
+      sparse->reached = phase_name + " " + config_name(c) + ": " +
+                        (r.evicted_bytes > 0 ? std::to_string(r.evicted_bytes) + " KV bytes evicted"
+                                             : "attended " + fmt(r.attended_fraction) + " of the causal keys");
   }
   if (runs == 0) {
     report->skip(name, "no declared dtype among f32/bf16/f16");
     return;
   }
+  sparse->runs += runs;
   report->pass(name, std::to_string(runs) + " geometries; worst rel err vs f64 over its selection " + fmt(worst_kernel) +
                          (worst_cfg.empty() ? "" : " (" + worst_cfg + ")") + "; vs dense " + fmt(worst_dense) +
-                         ", min recall " + fmt(min_recall));
-  const std::string alloc_name = "no_hot_path_allocation_" + std::string(device.device_type == kDLCUDA ? "cuda" : "cpu") +
-                                 "_" + phase_name;
+                         ", min recall " + fmt(min_recall) + ", min attended fraction " + fmt(min_attended));
+  const std::string alloc_name = "no_hot_path_allocation_" + std::string(device_word(device)) + "_" + phase_name;
   if (hook_allocs == 0)
     report->pass(alloc_name, "hooks made no allocation through the services table");
   else
     report->fail(alloc_name, std::to_string(hook_allocs) + " allocations through the services table inside hooks");
+}
+
+// A plugin that declares it selects (CONTENT or POSITIONAL) must leave the dense path somewhere
+// in the numeric runs: budgets at their defaults (1024 tokens and more) never do at these lengths.
+void sparse_path_check(const sieve_policy_descriptor& desc, DLDevice device, const SparseEvidence& sparse,
+                       ConformReport* report) {
+  const std::string name = "sparse_path_" + std::string(device_word(device));
+  const uint32_t basis = declared_selection_basis(desc);
+  if (sparse.runs == 0) return report->skip(name, "no numeric run on this device");
+  if (basis == SIEVE_SELECTION_BASIS_NONE)
+    return report->skip(name, "selection_basis NONE: the plugin never narrows the selection");
+  if (!sparse.reached.empty()) return report->pass(name, sparse.reached);
+  const std::string why = "every run attended every causal key and evicted nothing (" + std::to_string(sparse.runs) +
+                          " runs, contexts up to " + std::to_string(kLongDecode + 1) +
+                          " tokens): the sparse path was never reached; declare conform_params with budgets of at most " +
+                          std::to_string(kMaxConformBudget) + " tokens";
+  if (basis == SIEVE_SELECTION_BASIS_UNDECLARED)
+    return report->skip(name, "warning (selection_basis undeclared, an ABI 1.0 plugin): " + why);
+  report->fail(name, why);
+}
+
+// The planted probe (reference/planted.hpp) in every phase the plugin declares: CONTENT plugins
+// must attend (and keep resident) at least kMinPlantedRecall of the planted mass. A selection that
+// finds every planted key scores 1 exactly; 0.9 tolerates one planted key missed in ten. One key
+// per (sequence, KV head), so any budget with one page besides the forced last one can hold it.
+constexpr double kMinPlantedRecall = 0.9;
+constexpr int32_t kPlantedPerHead = 1;
+
+void planted_check(const LoadedPlugin& plugin, const Registry& registry, DLDevice device,
+                   const ConformOptions& options, ConformReport* report) {
+  const sieve_policy_descriptor& desc = *plugin.descriptor();
+  const std::string name = "planted_recall_" + std::string(device_word(device));
+  const uint32_t basis = declared_selection_basis(desc);
+  if (basis == SIEVE_SELECTION_BASIS_NONE)
+    return report->skip(name, "selection_basis NONE: the plugin never narrows the selection");
+  if (!declined_on(plugin, device, options).empty())
+    return report->skip(name, "the plugin declines these parameters on this device");
+  std::string detail, error;
+  double worst = 2;
+  for (uint32_t phase : {uint32_t(SIEVE_PHASE_DECODE), uint32_t(SIEVE_PHASE_PREFILL)}) {
+    if (!(desc.phases & phase)) continue;
+    const auto cfgs = configs(desc, phase, options.geometry);
+    if (cfgs.empty()) continue;
+    // Four KV heads, so a page read with the wrong head or token stride lands on other keys.
+    Config c = cfgs.front();
+    if (!options.geometry.any()) {
+      c.hq = 8, c.hkv = 4;
+      if (listed(desc.head_dims, desc.n_head_dims, 64)) c.d = 64;
+    }
+    c.dtype = (desc.dtypes & SIEVE_DTYPE_F32) ? kF32 : (desc.dtypes & SIEVE_DTYPE_BF16) ? kBF16 : kF16;
+    const std::string phase_name = phase == SIEVE_PHASE_PREFILL ? "prefill" : "decode";
+    ChainSpec chain;
+    SyntheticReport r;
+    SyntheticSpec s = synthetic_spec(c, phase, device, options, 4321);
+    s.planted_keys = kPlantedPerHead;
+    if (!plugin_chain(plugin, phase_name, options, &chain, &error) || !run_synthetic(s, chain, registry, &r, &error))
+      return report->fail(name, phase_name + " " + config_name(c) + ": " + error);
+    detail += (detail.empty() ? "" : "; ") + phase_name + " " + fmt(r.planted_recall) +
+              (r.attended_fraction < 1 || r.evicted_bytes > 0 ? "" : " (dense: every key attended)");
+    if (r.planted_recall >= 0) worst = std::min(worst, r.planted_recall);
+  }
+  if (worst > 1) return report->skip(name, "no phase ran the probe (no declared geometry)");
+  detail = "recall of planted mass " + detail + " (selection_basis " + selection_basis_name(basis) + ")";
+  if (worst >= kMinPlantedRecall) return report->pass(name, detail);
+  if (basis == SIEVE_SELECTION_BASIS_POSITIONAL)
+    return report->pass(name, "content-blind by design, not required: " + detail);
+  const std::string why = detail + ": below " + fmt(kMinPlantedRecall) +
+                          ", the selection misses keys aligned with the queries (K read with the wrong layout, head "
+                          "or page?)";
+  if (basis == SIEVE_SELECTION_BASIS_CONTENT) return report->fail(name, why);
+  report->pass(name, "warning (selection_basis undeclared, an ABI 1.0 plugin): " + why);
 }
 
 // Hooks called with missing arguments must answer with a status (the child process survives).
@@ -237,6 +357,13 @@ void conform_numeric(const LoadedPlugin& plugin, ConformReport* report, const Co
     report->fail("numeric", "reloading " + plugin.path + " failed");
     return;
   }
+  // Every check creates the plugin with its conformance parameters (conform_params, --param).
+  ConformOptions conform_options = options;
+  std::string error;
+  if (!conform_param_pairs(*desc, options.params, &conform_options.params, &error)) {
+    report->fail("numeric", error);
+    return;
+  }
   std::vector<DLDevice> devices;
   if (desc->devices & SIEVE_DEVICE_CPU) devices.push_back(kCpu);
   if (desc->devices & SIEVE_DEVICE_CUDA) {
@@ -245,10 +372,14 @@ void conform_numeric(const LoadedPlugin& plugin, ConformReport* report, const Co
     else
       report->skip("numeric_cuda", "the plugin declares CUDA but this machine has no usable CUDA device");
   }
-  for (DLDevice dev : devices)
+  for (DLDevice dev : devices) {
+    SparseEvidence sparse;
     for (uint32_t phase : {uint32_t(SIEVE_PHASE_DECODE), uint32_t(SIEVE_PHASE_PREFILL)})
-      if (desc->phases & phase) numeric_checks(plugin, registry, dev, phase, options, report);
-  error_path_checks(plugin, options, report);
+      if (desc->phases & phase) numeric_checks(plugin, registry, dev, phase, conform_options, report, &sparse);
+    sparse_path_check(*desc, dev, sparse, report);
+    planted_check(plugin, registry, dev, conform_options, report);
+  }
+  error_path_checks(plugin, conform_options, report);
 }
 
 }  // namespace sieve::runtime

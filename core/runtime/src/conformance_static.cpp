@@ -1,13 +1,7 @@
 // Static ABI conformance (see conformance.hpp) and the process isolation both parts run under.
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "child_process.hpp"
 #include "sieve/runtime/conformance.hpp"
 #include "sieve/runtime/params.hpp"
 
@@ -91,12 +86,7 @@ class PipeSink : public CheckSink {
     };
     put(c.name);
     put(c.detail);
-    for (size_t off = 0; off < rec.size();) {
-      ssize_t w = ::write(fd_, rec.data() + off, rec.size() - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return;  // parent gone: nothing to report to
-      off += size_t(w);
-    }
+    write_all(fd_, rec);  // false: the parent is gone, nothing to report to
   }
   int fd_;
 };
@@ -134,86 +124,45 @@ std::string read_records(const std::string& buf, ConformReport* report) {
   return pending;
 }
 
-// Run `body` in a forked child; its checks come back through a pipe. A crash or a hang fails the
-// check that was running. Falls back to running in-process if fork() fails.
+// Run `body` in a forked child (child_process.hpp); its checks come back through a pipe. A crash
+// or a hang fails the check that was running. Falls back to running in-process if fork() fails.
 void run_isolated(const std::function<void(CheckSink&)>& body, const std::string& part,
                   const std::vector<std::string>& expected, const ConformOptions& options,
                   ConformReport* report) {
-  if (!options.isolate) {
+  ChildResult child;
+  if (options.isolate)
+    child = run_in_child(
+        [&](int fd) {
+          PipeSink sink(fd);
+          try {
+            body(sink);
+          } catch (const std::exception& e) {
+            sink.fail(part, std::string("conformance harness error: ") + e.what());
+          }
+        },
+        std::chrono::seconds(options.timeout_s));
+  if (!child.forked) {
     ReportSink sink(report);
     body(sink);
     return;
   }
-  int fds[2];
-  if (::pipe(fds) != 0) {
-    ReportSink sink(report);
-    body(sink);
-    return;
-  }
-  std::fflush(nullptr);  // buffered output must not be written twice
-  const pid_t child = ::fork();
-  if (child < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    ReportSink sink(report);
-    body(sink);
-    return;
-  }
-  if (child == 0) {
-    ::close(fds[0]);
-    PipeSink sink(fds[1]);
-    try {
-      body(sink);
-    } catch (const std::exception& e) {
-      sink.fail(part, std::string("conformance harness error: ") + e.what());
-    }
-    spdlog::default_logger()->flush();
-    ::close(fds[1]);
-    ::_exit(0);  // no atexit handlers / static destructors of the parent's state
-  }
-  ::close(fds[1]);
-  std::string buf;
-  bool timed_out = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options.timeout_s);
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd pfd{fds[0], POLLIN, 0};
-    int r = ::poll(&pfd, 1, int(std::min<long long>(left, 1000)));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
-    char tmp[4096];
-    ssize_t n = ::read(fds[0], tmp, sizeof tmp);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // EOF: the child closed its end (finished or died)
-    buf.append(tmp, size_t(n));
-  }
-  ::close(fds[0]);
-  if (timed_out) ::kill(child, SIGKILL);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  std::string pending = read_records(buf, report);
+  std::string pending = read_records(child.output, report);
   std::string during = pending.empty() ? part : pending;
-  const bool died = timed_out || WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status));
+  const bool timed_out = child.timed_out;
   if (timed_out) {
     report->fail(during, "timed out after " + std::to_string(options.timeout_s) +
                              " s (the plugin hangs); later " + part + " checks did not run");
-  } else if (WIFSIGNALED(status)) {
-    report->fail(during, std::string("plugin crashed (") + strsignal(WTERMSIG(status)) +
-                             ", signal " + std::to_string(WTERMSIG(status)) + "); later " + part +
+  } else if (child.term_signal) {
+    report->fail(during, std::string("plugin crashed (") + strsignal(child.term_signal) +
+                             ", signal " + std::to_string(child.term_signal) + "); later " + part +
                              " checks did not run");
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+  } else if (child.exit_status) {
     report->fail(during, "the plugin ended the process with exit status " +
-                             std::to_string(WEXITSTATUS(status)));
+                             std::to_string(child.exit_status));
   } else if (!pending.empty()) {
     report->fail(pending, "the check started but never finished (the plugin exited?)");
   }
-  if (died)  // the checks the child never reached are listed, as not run
+  if (child.died())  // the checks the child never reached are listed, as not run
     for (const auto& name : expected)
       if (!report->find(name))
         report->skip(name, "not run: the plugin " +
@@ -308,7 +257,7 @@ const std::vector<std::string>& static_check_names() {
   static const std::vector<std::string> names = {
       "file", "entry_symbol", "score", "negotiate_host_major", "negotiate_newer_host",
       "negotiate_major_0", "plugin_table", "policy_table", "descriptor", "schema",
-      "kv_store_table", "validate_accepts_declared", "validate_rejects_head_dim_0",
+      "conform_params", "kv_store_table", "validate_accepts_declared", "validate_rejects_head_dim_0",
       "validate_rejects_gqa_mismatch", "validate_rejects_page_size_0",
       "validate_rejects_unlisted_head_dim", "validate_rejects_unlisted_page_size",
       "validate_rejects_unsupported_dtype", "validate_rejects_unsupported_device",
@@ -476,7 +425,7 @@ class StaticChecks {
     }
     const auto* d = api->descriptor;
     bool dok = report("descriptor", check_policy_descriptor(d, api, table_->name),
-                      d->hdr.struct_size >= sizeof(sieve_policy_descriptor)
+                      SIEVE_HAS_FIELD(d, sieve_policy_descriptor, cuda_graph)
                           ? "phases " + phase_names(d->phases) + ", devices " +
                                 device_names(d->devices) + ", dtypes " + dtype_names(d->dtypes)
                           : "");
@@ -519,11 +468,32 @@ class StaticChecks {
     else pass(name, what + ": " + status_name(st) + ", " + reasons);
   }
 
+  // The descriptor's conformance parameters (ABI 1.1) must fit the schema: every later check
+  // creates the plugin with them.
+  bool conform_params_check(ParamPairs* params) {
+    const auto& d = *table_->policy->descriptor;
+    std::string err;
+    ParamPairs declared;
+    const std::string text = declared_conform_params(d);
+    std::vector<std::string> errors;
+    ParamValues values;
+    if (!conform_param_pairs(d, {}, &declared, &err) ||
+        !parse_params(ParamSchema::of(*table_->policy), declared, &values, &errors)) {
+      fail("conform_params", err.empty() ? "conform_params \"" + text + "\" refused by the schema: " + join(errors) : err);
+      return false;
+    }
+    if (text.empty()) skip("conform_params", "none declared: the checks use the schema defaults");
+    else pass("conform_params", "\"" + text + "\"");
+    return conform_param_pairs(d, options_.params, params, &err);
+  }
+
   void validate_checks() {
     const auto& d = *table_->policy->descriptor;
     std::vector<std::string> errors;
+    ParamPairs params;
+    if (!conform_params_check(&params)) return skip_rest("the descriptor's conform_params do not fit the schema");
     // The schema passed, so its defaults parse; --param values may not.
-    if (!parse_params(ParamSchema::of(*table_->policy), options_.params, &defaults_, &errors)) {
+    if (!parse_params(ParamSchema::of(*table_->policy), params, &defaults_, &errors)) {
       fail("validate_accepts_declared", "--param values refused: " + join(errors));
       return skip_rest("the --param values do not fit the schema");
     }
@@ -724,7 +694,7 @@ bool static_gate_passed(const ConformReport& report) {
     if (!c || !c->passed) return false;
   }
   // Present only for what the plugin ships (skipped otherwise); none may have failed.
-  for (const char* name : {"policy_table", "descriptor", "schema", "kv_store_table"}) {
+  for (const char* name : {"policy_table", "descriptor", "schema", "conform_params", "kv_store_table"}) {
     const ConformCheck* c = report.find(name);
     if (!c || (!c->passed && !c->skipped)) return false;
   }

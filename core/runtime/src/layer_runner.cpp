@@ -162,7 +162,41 @@ std::string LayerRunner::check_selection(const sieve_attention_args& args) {
   if (nnz > 0 && !services_.copy(indices.data(), kCpu, data_ptr<void>(sel->indices),
                                  sel->indices.device, size_t(nnz) * 4, &err))
     return err;
+  if (std::string e = find_hole(indptr, indices, nnz); !e.empty()) return e;
   return kernels::check_selection_contents(args, indptr.data(), indices.data());
+}
+
+// An entry the policy never wrote still holds the poison fill: its row has a hole (rows written
+// at fixed row * budget offsets while indptr counts them back to back, or the reverse).
+std::string LayerRunner::find_hole(const std::vector<int32_t>& indptr, const std::vector<int32_t>& indices,
+                                   int64_t nnz) {
+  const auto hole = std::find(indices.begin(), indices.begin() + nnz, kUnwrittenIndex);
+  if (hole == indices.begin() + nnz) return {};
+  const int64_t e = hole - indices.begin();
+  const int64_t row = std::upper_bound(indptr.begin(), indptr.end(), int32_t(e)) - indptr.begin() - 1;
+  return "selection row " + std::to_string(row) + ": selection.indices[" + std::to_string(e) +
+         "] was never written (rows span indptr[" + std::to_string(row) + "] = " + std::to_string(indptr[size_t(row)]) +
+         " .. indptr[" + std::to_string(row + 1) + "] = " + std::to_string(indptr[size_t(row) + 1]) +
+         "): rows must be packed back to back, without holes";
+}
+
+// Check mode: every index entry past what the chain's selection holds so far gets the poison,
+// so a select that leaves holes in its rows is caught by find_hole.
+std::string LayerRunner::poison_indices(const sieve_selection& sel, int64_t capacity) {
+  int64_t from = 0;
+  std::string err;
+  if (sel.kind != SIEVE_SEL_ALL) {
+    int32_t end = 0;
+    if (!services_.copy(&end, kCpu, data_ptr<int32_t>(sel.indptr) + sel.n_rows, geometry_.device, 4, &err))
+      return err;
+    from = std::clamp<int64_t>(end, 0, capacity);
+  }
+  if (from >= capacity) return {};
+  poison_.assign(size_t(capacity - from), kUnwrittenIndex);
+  if (!services_.copy(static_cast<int32_t*>(sel_indices_.ptr) + from, geometry_.device, poison_.data(), kCpu,
+                      poison_.size() * 4, &err))
+    return err;
+  return {};
 }
 
 std::string LayerRunner::check_output(const DLTensor& out, const int32_t* rows, int64_t n_rows) {
@@ -268,6 +302,10 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
       const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
       if (!api->select) continue;
       uint32_t want = SIEVE_STATS_NONE;
+      if (options_.check) {
+        std::string e = poison_indices(sel, capacity);
+        if (!e.empty()) return failed(SIEVE_ERR_DEVICE, "runtime: filling the selection before select: " + e);
+      }
       st = api->select(handles_[size_t(i)], &call, &sel, &want);
       if (st != SIEVE_OK) return plugin_failed(i, L, "select", st, error);
       // The selection's tensors stay the host's: a policy writes into them, never replaces them.

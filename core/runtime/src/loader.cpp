@@ -1,16 +1,16 @@
-// Plugin loading: ELF pre-flight, dlopen through Boost.DLL, entry-point negotiation, table checks.
+// Plugin loading: ELF pre-flight (elf_check.cpp), dlopen through Boost.DLL, entry-point
+// negotiation, table checks.
 #include "sieve/runtime/loader.hpp"
 #include "sieve/util/status.hpp"
 
 #include <dlfcn.h>
-#include <elf.h>
 
 #include <boost/dll/shared_library.hpp>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
+#include <type_traits>
 
 #include "sieve/runtime/params.hpp"
 
@@ -21,22 +21,6 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string file_label(const std::string& path) { return fs::path(path).filename().string(); }
-
-#if defined(__x86_64__)
-constexpr uint16_t kHostMachine = EM_X86_64;
-#elif defined(__aarch64__)
-constexpr uint16_t kHostMachine = EM_AARCH64;
-#elif defined(__powerpc64__)
-constexpr uint16_t kHostMachine = EM_PPC64;
-#else
-constexpr uint16_t kHostMachine = EM_NONE;  // unknown: skip the architecture check
-#endif
-
-std::string printable_prefix(const unsigned char* p, size_t n) {
-  std::string s;
-  for (size_t i = 0; i < n && i < 16; ++i) s += (p[i] >= 32 && p[i] < 127) ? char(p[i]) : '.';
-  return s;
-}
 
 // "the entry point says": a short reason from Boost.DLL's exception text.
 std::string dl_reason(const std::exception& e) {
@@ -58,11 +42,24 @@ std::string hex(uint32_t v) {
   return b;
 }
 
+// A table's size in ABI v1.0: its whole struct, except those a later minor grew (a 1.0 plugin's
+// descriptor ends at cuda_graph; the 1.1 fields are read only through SIEVE_HAS_FIELD).
+template <class T>
+constexpr size_t v1_0_size() {
+  if constexpr (std::is_same_v<T, sieve_policy_descriptor>)
+    return offsetof(sieve_policy_descriptor, cuda_graph) + sizeof(uint32_t);
+  else
+    return sizeof(T);
+}
+
 template <class T>
 std::string size_problem(const T* p, const char* what) {
-  if (p->hdr.struct_size < sizeof(T))
+  if (p->hdr.struct_size < v1_0_size<T>())
     return std::string(what) + " struct_size " + std::to_string(p->hdr.struct_size) +
-           " is smaller than the v1.0 size " + std::to_string(sizeof(T));
+           " is smaller than the v1.0 size " + std::to_string(v1_0_size<T>());
+  if (p->hdr.struct_size > kMaxStructSize)
+    return std::string(what) + " struct_size " + std::to_string(p->hdr.struct_size) +
+           " exceeds the limit " + std::to_string(kMaxStructSize);
   return {};
 }
 
@@ -70,53 +67,35 @@ std::string size_problem(const T* p, const char* what) {
 
 bool is_identifier(const char* name) {
   if (!name || !*name) return false;
-  for (const char* c = name; *c; ++c)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return false;
+  size_t n = 0;
+  for (const char* c = name; *c; ++c, ++n)
+    if (n == kMaxNameLength ||
+        !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+      return false;
   return true;
 }
 
-std::string check_elf_file(const std::string& path) {
-  std::error_code ec;
-  auto st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) return "no such file";
-  if (!fs::is_regular_file(st)) return "not a regular file";
-  const uint64_t size = fs::file_size(path, ec);
-  if (ec) return "cannot read its size: " + ec.message();
+std::string bounded_text(const char* s, size_t max) {
+  if (!s) return "(null)";
+  const size_t n = strnlen(s, max + 1);
+  return n > max ? std::string(s, max) + "..." : std::string(s, n);
+}
 
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "cannot open it for reading";
-  Elf64_Ehdr eh{};
-  in.read(reinterpret_cast<char*>(&eh), sizeof eh);
-  const size_t got = size_t(in.gcount());
-  if (got < SELFMAG || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
-    return "not an ELF shared library (file starts with '" +
-           printable_prefix(eh.e_ident, got) + "')";
-  if (eh.e_ident[EI_CLASS] != ELFCLASS64) return "not a 64-bit ELF file";
-  if (got < sizeof eh)
-    return "truncated ELF file (" + std::to_string(size) + " bytes, shorter than its header)";
-  if (eh.e_type != ET_DYN) return "not an ELF shared object (e_type " + std::to_string(eh.e_type) + ")";
-  if (kHostMachine != EM_NONE && eh.e_machine != kHostMachine)
-    return "built for ELF machine " + std::to_string(eh.e_machine) + ", this host is " +
-           std::to_string(kHostMachine);
-  auto past_end = [&](uint64_t off, uint64_t len) { return off > size || len > size - off; };
-  if (eh.e_phentsize != sizeof(Elf64_Phdr) ||
-      past_end(eh.e_phoff, uint64_t(eh.e_phnum) * sizeof(Elf64_Phdr)))
-    return "truncated ELF file: program headers reach past its end (" + std::to_string(size) +
-           " bytes)";
-  if (eh.e_shnum && past_end(eh.e_shoff, uint64_t(eh.e_shnum) * eh.e_shentsize))
-    return "truncated ELF file: section headers at byte " + std::to_string(eh.e_shoff) +
-           " lie past its end (" + std::to_string(size) + " bytes)";
-  in.seekg(std::streamoff(eh.e_phoff));
-  for (unsigned i = 0; i < eh.e_phnum; ++i) {
-    Elf64_Phdr ph{};
-    in.read(reinterpret_cast<char*>(&ph), sizeof ph);
-    if (size_t(in.gcount()) != sizeof ph) return "truncated ELF file: unreadable program header";
-    if ((ph.p_type == PT_LOAD || ph.p_type == PT_DYNAMIC) && past_end(ph.p_offset, ph.p_filesz))
-      return "truncated ELF file: segment " + std::to_string(i) + " ends at byte " +
-             std::to_string(ph.p_offset + ph.p_filesz) + ", the file has " +
-             std::to_string(size);
-  }
+bool text_too_long(const char* s) { return s && strnlen(s, kMaxTextLength + 1) > kMaxTextLength; }
+
+std::string text_problem(const char* s) {
+  if (!s || !*s) return "empty";
+  if (text_too_long(s)) return "over-long (> " + std::to_string(kMaxTextLength) + " bytes)";
   return {};
+}
+
+std::string identifier_problem(const char* name) {
+  if (is_identifier(name)) return {};
+  std::string out = "'";
+  out += bounded_text(name);
+  if (name && strnlen(name, kMaxNameLength + 1) > kMaxNameLength)
+    return out + "' is longer than " + std::to_string(kMaxNameLength) + " bytes";
+  return out + "' does not match [a-z0-9_]+";
 }
 
 bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error) {
@@ -225,8 +204,7 @@ std::vector<std::string> check_plugin_header(const sieve_plugin* t, uint32_t exp
     out.push_back("plugin table says ABI major " + std::to_string(t->abi_major) +
                   " but the entry point answered " + std::to_string(expected_major));
   if (!is_identifier(t->name))
-    out.push_back("plugin name '" + std::string(t->name ? t->name : "(null)") +
-                  "' does not match [a-z0-9_]+");
+    out.push_back("plugin name " + identifier_problem(t->name));
   if (!t->policy && !t->kv_store) out.push_back("plugin table has neither a policy nor a KV store");
   return out;
 }
@@ -240,7 +218,7 @@ std::vector<std::string> check_plugin_table(const sieve_plugin* t, uint32_t expe
     if (t->policy->hdr.struct_size >= sizeof(sieve_policy_api)) {
       if (t->policy->descriptor)
         add(check_policy_descriptor(t->policy->descriptor, t->policy, t->name));
-      if (t->policy->params)
+      if (t->policy->params && t->policy->n_params <= kMaxParams)
         for (auto& s : check_schema(ParamSchema::of(*t->policy))) out.push_back("schema: " + s);
     }
   }
@@ -266,6 +244,9 @@ std::vector<std::string> check_policy_table(const sieve_policy_api* api) {
   if (api->n_params && !api->params)
     out.push_back("policy table: n_params is " + std::to_string(api->n_params) +
                   " but params is NULL");
+  if (api->n_params > kMaxParams)
+    out.push_back("policy table: n_params " + std::to_string(api->n_params) +
+                  " exceeds the limit " + std::to_string(kMaxParams));
   return out;
 }
 
@@ -276,11 +257,11 @@ std::vector<std::string> check_policy_descriptor(const sieve_policy_descriptor* 
   std::vector<std::string> out;
   auto bad = [&](const std::string& s) { out.push_back("descriptor: " + s); };
   if (!is_identifier(d->name))
-    bad("name '" + std::string(d->name ? d->name : "(null)") + "' does not match [a-z0-9_]+");
+    bad("name " + identifier_problem(d->name));
   else if (plugin_name && std::strcmp(d->name, plugin_name) != 0)
     bad("name '" + std::string(d->name) + "' differs from the plugin name '" + plugin_name + "'");
-  if (!d->vendor || !*d->vendor) bad("empty vendor");
-  if (!d->summary || !*d->summary) bad("empty summary");
+  if (auto why = text_problem(d->vendor); !why.empty()) bad(why + " vendor");
+  if (auto why = text_problem(d->summary); !why.empty()) bad(why + " summary");
   auto bits = [&](uint32_t v, uint32_t known, const char* what) {
     if (v == 0) bad(std::string(what) + " is 0 (declare at least one)");
     else if (v & ~known) bad(std::string(what) + " has unknown bits " + hex(v & ~known));
@@ -290,6 +271,9 @@ std::vector<std::string> check_policy_descriptor(const sieve_policy_descriptor* 
   bits(d->dtypes, SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16, "dtypes");
   auto sizes = [&](const int32_t* v, uint32_t n, const char* what) {
     if (n && !v) return bad(std::string(what) + ": n is " + std::to_string(n) + " but the array is NULL");
+    if (n > kMaxListedSizes)
+      return bad(std::string(what) + ": n is " + std::to_string(n) + ", beyond the limit " +
+                 std::to_string(kMaxListedSizes));
     for (uint32_t i = 0; i < n; ++i)
       if (v[i] <= 0) return bad(std::string(what) + "[" + std::to_string(i) + "] = " +
                                 std::to_string(v[i]) + " (must be > 0)");
@@ -305,6 +289,9 @@ std::vector<std::string> check_policy_descriptor(const sieve_policy_descriptor* 
   if (d->evicts_kv > 1) bad("evicts_kv must be 0 or 1");
   if (d->cuda_graph > SIEVE_CUDA_GRAPH_FULL)
     bad("cuda_graph " + std::to_string(d->cuda_graph) + " is not a sieve_cuda_graph_level");
+  if (SIEVE_HAS_FIELD(d, sieve_policy_descriptor, selection_basis) &&
+      d->selection_basis > SIEVE_SELECTION_BASIS_NONE)
+    bad("selection_basis " + std::to_string(d->selection_basis) + " is not a sieve_selection_basis");
   if (api) {
     if (d->evicts_kv && !api->end_step) bad("evicts_kv is set but end_step is NULL");
     if ((d->needs & SIEVE_NEEDS_PAGE_STATS) && !api->observe)
@@ -318,7 +305,7 @@ std::vector<std::string> check_policy_descriptor(const sieve_policy_descriptor* 
 std::vector<std::string> check_kv_store_api(const sieve_kv_store_api* api) {
   if (auto p = size_problem(api, "KV store table"); !p.empty()) return {p};
   std::vector<std::string> out;
-  if (!api->name || !*api->name) out.push_back("KV store table: empty name");
+  if (auto why = text_problem(api->name); !why.empty()) out.push_back("KV store table: " + why + " name");
   const struct { const void* fn; const char* name; } required[] = {
       {reinterpret_cast<const void*>(api->create), "create"},
       {reinterpret_cast<const void*>(api->destroy), "destroy"},

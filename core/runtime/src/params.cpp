@@ -275,6 +275,10 @@ bool parse_params(const ParamSchema& schema, const ParamPairs& user, ParamValues
 std::vector<std::string> check_schema(const ParamSchema& schema) {
   std::vector<std::string> problems;
   std::set<std::string> seen;
+  // The array's stride is parameter 0's struct_size; bound it before stepping by it.
+  if (!schema.empty() && schema[0].hdr.struct_size > kMaxStructSize)
+    return {"parameter 0: struct_size " + std::to_string(schema[0].hdr.struct_size) +
+            " exceeds the limit " + std::to_string(kMaxStructSize)};
   for (uint32_t i = 0; i < schema.size(); ++i) {
     const auto& s = schema[i];
     const std::string where = "parameter " + std::to_string(i);
@@ -286,8 +290,7 @@ std::vector<std::string> check_schema(const ParamSchema& schema) {
     if (s.hdr.struct_size != schema[0].hdr.struct_size)
       problems.push_back(where + ": struct_size differs from parameter 0's (one array, one size)");
     if (!is_identifier(s.name)) {
-      problems.push_back(where + ": name '" + std::string(s.name ? s.name : "(null)") +
-                         "' does not match [a-z0-9_]+");
+      problems.push_back(where + ": name " + identifier_problem(s.name));
       continue;
     }
     const std::string n = s.name;
@@ -296,7 +299,13 @@ std::vector<std::string> check_schema(const ParamSchema& schema) {
       problems.push_back("parameter '" + n + "': unknown type " + std::to_string(s.type));
       continue;
     }
-    if (!s.doc || !*s.doc) problems.push_back("parameter '" + n + "': empty doc");
+    if (auto why = text_problem(s.doc); !why.empty()) problems.push_back("parameter '" + n + "': " + why + " doc");
+    // choices and default are read whole below: refuse them before that when unterminated.
+    if (text_too_long(s.choices) || text_too_long(s.default_value)) {
+      problems.push_back("parameter '" + n + "': choices or default longer than " +
+                         std::to_string(kMaxTextLength) + " bytes");
+      continue;
+    }
     const bool ranged = s.type == SIEVE_PARAM_INT || s.type == SIEVE_PARAM_FLOAT ||
                         s.type == SIEVE_PARAM_INT_LIST;
     if (ranged && !(s.min <= s.max)) {  // also catches NaN bounds; no default can fit

@@ -1,5 +1,6 @@
 // Registry: load what discovery finds, resolve duplicate names, keep the failures.
 #include "sieve/runtime/registry.hpp"
+#include "sieve/runtime/probe.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -28,15 +29,19 @@ Registry Registry::discover(const DiscoveryOptions& options) {
 bool Registry::add_directory(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
-  for (const auto& file : plugin_files_in(dir)) add_file(file);
+  const auto files = plugin_files_in(dir);
+  const auto probed = probe_plugin_files(files);  // one probe process for the directory
+  for (size_t i = 0; i < files.size(); ++i) add_probed(files[i], probed[i]);
   return true;
 }
 
-bool Registry::add_file(const std::string& path) {
+bool Registry::add_file(const std::string& path) { return add_probed(path, probe_plugin_file(path)); }
+
+bool Registry::add_probed(const std::string& path, std::string error) {
   LoadedPlugin p;
-  std::string error;
-  if (!load_plugin(path, &p, &error)) {
-    spdlog::debug("plugin not loaded: {}", error);
+  // Only a file that loaded cleanly in a probe process is loaded into this one (probe.hpp).
+  if (!error.empty() || !load_plugin(path, &p, &error)) {
+    spdlog::warn("plugin file {} not loaded: {}", path, error);
     failures_.push_back({path, error});
     return false;
   }

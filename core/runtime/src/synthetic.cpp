@@ -11,6 +11,7 @@
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/fidelity.hpp"
 #include "sieve/reference/long_context.hpp"
+#include "sieve/reference/planted.hpp"
 #include "sieve/reference/workload.hpp"
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/runtime/layer_runner.hpp"
@@ -75,6 +76,44 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Keys attended / causal keys, averaged over the (token, head) rows that have causal keys.
+double attended_fraction(const sieve_attention_args& args, int32_t n_q_tokens) {
+  double sum = 0;
+  int64_t rows = 0;
+  sieve_attention_args dense_args = args;
+  dense_args.selection = nullptr;
+  for (int32_t t = 0; t < n_q_tokens; ++t)
+    for (int32_t h = 0; h < args.n_q_heads; ++h) {
+      auto got = reference::attended_keys(args, t, h);
+      auto all = reference::attended_keys(dense_args, t, h);
+      int64_t a = 0, c = 0;
+      for (size_t i = 0; i < got.size(); ++i) a += got[i], c += all[i];
+      if (c) sum += double(a) / double(c), ++rows;
+    }
+  return rows ? sum / double(rows) : 1.0;
+}
+
+// Per sequence, which logical pages of `before` (the view the layer's attention used) the store
+// still holds now (after end_step's evictions): physical page ids are stable while resident.
+std::vector<std::vector<uint8_t>> kept_pages(HostServices& services, const sieve_kv_store_api& api,
+                                             sieve_kv_store* store, int32_t layer,
+                                             const std::vector<int32_t>& seq_ids, const HostPagedView& before) {
+  sieve_paged_kv now{};
+  require(api.view(store, layer, seq_ids.data(), int32_t(seq_ids.size()), &now) == SIEVE_OK, SIEVE_ERR_INTERNAL,
+          api.last_error(store));
+  HostPagedView after;
+  copy_view_to_host(services, now, &after);
+  std::vector<std::vector<uint8_t>> kept(seq_ids.size());
+  const int32_t* bi = before.view.indptr_host;
+  const int32_t* ai = after.view.indptr_host;
+  const int32_t* bp = before.indices.data<int32_t>();
+  const int32_t* ap = after.indices.data<int32_t>();
+  for (size_t b = 0; b < seq_ids.size(); ++b)
+    for (int32_t j = bi[b]; j < bi[b + 1]; ++j)
+      kept[b].push_back(uint8_t(std::find(ap + ai[b], ap + ai[b + 1], bp[j]) != ap + ai[b + 1]));
+  return kept;
+}
+
 }  // namespace
 
 bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const Registry& registry,
@@ -116,6 +155,10 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
       lc.seed = spec.seed;
       reference::fill_workload(w, lc);
     }
+    const reference::PlantedKeys planted =
+        spec.planted_keys > 0 ? reference::plant_keys(w, spec.planted_keys, spec.planted_logit, spec.seed)
+                              : reference::PlantedKeys{};
+    const int32_t run_layers = std::clamp(spec.run_layers, 1, std::max(1, spec.n_layers));
 
     HostServices services(spec.device);
     sieve_geometry g{};
@@ -158,28 +201,29 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     for (auto& id : seq_ids)
       require(store.api->add_sequence(store.store, &id) == SIEVE_OK, SIEVE_ERR_INTERNAL, "add_sequence failed");
 
-    // The earlier context enters the store directly (no attention is computed for it).
-    for (int32_t b = 0; b < batch; ++b) {
-      const int32_t before = spec.context[size_t(b)] - n_new[size_t(b)];
-      if (before == 0) continue;
-      HostTensor k = gather_tokens(w, w.k_pages, b, 0, before), v = gather_tokens(w, w.v_pages, b, 0, before);
-      DeviceTensor dk(services, k), dv(services, v);
-      int32_t indptr[2] = {0, before};
-      sieve_kv_append a{};
-      a.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
-      a.layer = 0;
-      a.batch = 1;
-      a.seq_ids = &seq_ids[size_t(b)];
-      a.token_indptr = indptr;
-      a.k = dk.get();
-      a.v = dv.get();
-      a.k_pre_rope = kc.keep_pre_rope_k ? dk.get() : nullptr;  // synthetic: no rotation applied
-      if (store.api->append(store.store, &a) != SIEVE_OK)
-        return failed("KV store append: " + std::string(store.api->last_error(store.store)));
-    }
+    // The earlier context enters the store directly (no attention is computed for it), in every
+    // layer the call runs.
+    for (int32_t layer = 0; layer < run_layers; ++layer)
+      for (int32_t b = 0; b < batch; ++b) {
+        const int32_t before = spec.context[size_t(b)] - n_new[size_t(b)];
+        if (before == 0) continue;
+        HostTensor k = gather_tokens(w, w.k_pages, b, 0, before), v = gather_tokens(w, w.v_pages, b, 0, before);
+        DeviceTensor dk(services, k), dv(services, v);
+        int32_t indptr[2] = {0, before};
+        sieve_kv_append a{};
+        a.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
+        a.layer = layer;
+        a.batch = 1;
+        a.seq_ids = &seq_ids[size_t(b)];
+        a.token_indptr = indptr;
+        a.k = dk.get();
+        a.v = dv.get();
+        a.k_pre_rope = kc.keep_pre_rope_k ? dk.get() : nullptr;  // synthetic: no rotation applied
+        if (store.api->append(store.store, &a) != SIEVE_OK)
+          return failed("KV store append: " + std::string(store.api->last_error(store.store)));
+      }
 
     // The call's new tokens, laid out like a model layer sends them.
-    std::vector<HostTensor> k_new, v_new;
     int32_t total_new = 0;
     for (int32_t b = 0; b < batch; ++b) total_new += n_new[size_t(b)];
     HostTensor k_rows({total_new, spec.n_kv_heads, spec.head_dim}, spec.kv_dtype);
@@ -207,7 +251,6 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     opt.record_selections = true;
     LayerRunner runner(services, g, store.store, store.api, chains, opt);
     LayerInputs in;
-    in.layer = 0;
     in.phase = spec.phase;
     in.batch = batch;
     in.seq_ids = seq_ids.data();
@@ -220,66 +263,82 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     in.v = dv.get();
     in.k_pre_rope = kc.keep_pre_rope_k ? dk.get() : nullptr;
 
+    // Each layer's output and paged view as its attention saw them (before end_step may evict).
+    std::vector<HostTensor> outs;
+    std::vector<HostPagedView> views(static_cast<size_t>(run_layers));
     std::string err;
     const uint64_t allocs_before = services.allocation_count();
-    auto t0 = std::chrono::steady_clock::now();
-    sieve_status st = runner.run_layer(in, dout.get(), &err);
-    if (st == SIEVE_OK && !services.synchronize(&err)) st = SIEVE_ERR_DEVICE;
-    report->chain_seconds = seconds_since(t0);
-    if (st != SIEVE_OK) return failed(err);
+    report->chain_seconds = 0;
+    outs.reserve(size_t(run_layers));
+    for (int32_t layer = 0; layer < run_layers; ++layer) {
+      in.layer = layer;
+      // NaN again (out_host is never written): a row the next layer leaves unwritten shows.
+      if (layer > 0)
+        require(services.copy(dout.get()->data, spec.device, out_host.dl().data, kCpu, out_host.nbytes(), &err),
+                SIEVE_ERR_DEVICE, err);
+      const auto t0 = std::chrono::steady_clock::now();
+      sieve_status st = runner.run_layer(in, dout.get(), &err);
+      if (st == SIEVE_OK && !services.synchronize(&err)) st = SIEVE_ERR_DEVICE;
+      report->chain_seconds += seconds_since(t0);
+      if (st != SIEVE_OK) return failed(err);
+      outs.emplace_back(HostTensor({total_new, spec.n_q_heads, spec.head_dim}, kF32));
+      require(services.copy(outs.back().dl().data, kCpu, dout.get()->data, spec.device, out_host.nbytes(), &err),
+              SIEVE_ERR_DEVICE, err);
+      sieve_paged_kv view{};
+      require(store.api->view(store.store, layer, seq_ids.data(), batch, &view) == SIEVE_OK, SIEVE_ERR_INTERNAL,
+              store.api->last_error(store.store));
+      copy_view_to_host(services, view, &views[size_t(layer)]);
+    }
+    uint64_t bytes_before_end = 0;
+    store.api->bytes_in_use(store.store, &bytes_before_end);
     if (runner.end_step(spec.phase, 0, seq_ids.data(), batch, &err) != SIEVE_OK) return failed(err);
     // The runner's own buffers grow on first use; what else was allocated came from hooks.
     report->hook_allocations = services.allocation_count() - allocs_before - runner.buffer_allocations();
-    require(services.copy(out_host.dl().data, kCpu, dout.get()->data, spec.device, out_host.nbytes(), &err),
-            SIEVE_ERR_DEVICE, err);
-
-    // Host copies of the store's view and of the selection used, for the f64 reference.
-    sieve_paged_kv view{};
-    require(store.api->view(store.store, 0, seq_ids.data(), batch, &view) == SIEVE_OK, SIEVE_ERR_INTERNAL,
-            store.api->last_error(store.store));
-    HostPagedView hv;
-    copy_view_to_host(services, view, &hv);
-    HostSelection hsel;
-    selection_to_host(runner.selection_used(0), &hsel);
-
-    sieve_attention_args args =
-        kernels::make_attention_args(spec.phase, spec.n_q_heads, spec.n_kv_heads, spec.head_dim, &w.q.dl(),
-                                     &out_host.dl(), &qo.dl(), qo_indptr.data(), &hv.view);
-    args.selection = hsel.get();
-
-    reference::RefOptions dense_opt;
-    dense_opt.ignore_selection = true;
-    reference::RefAttention dense = reference::attend_reference(args, dense_opt);
-    reference::OutputError e = reference::compare_output(dense, out_host.dl());
-    report->rel_err = e.rel_l2;
-    report->non_finite = e.non_finite;
-    bool output_rewritten = false;
-    for (const auto& inst : chains.instances)
-      output_rewritten |= inst.api().attend != nullptr || inst.api().correct != nullptr;
-    if (!output_rewritten) {
-      reference::RefAttention ref = reference::attend_reference(args);
-      report->kernel_rel_err = reference::compare_output(ref, out_host.dl()).rel_l2;
-    }
-    report->recall = reference::attention_recall(args);
-    // Attended fraction: keys attended / causal keys, averaged over (token, head) rows.
-    {
-      double sum = 0;
-      int64_t rows = 0;
-      sieve_attention_args dense_args = args;
-      dense_args.selection = nullptr;
-      for (int32_t t = 0; t < total_new; ++t)
-        for (int32_t h = 0; h < spec.n_q_heads; ++h) {
-          auto got = reference::attended_keys(args, t, h);
-          auto all = reference::attended_keys(dense_args, t, h);
-          int64_t a = 0, c = 0;
-          for (size_t i = 0; i < got.size(); ++i) a += got[i], c += all[i];
-          if (c) sum += double(a) / double(c), ++rows;
-        }
-      report->attended_fraction = rows ? sum / double(rows) : 1.0;
-    }
     uint64_t bytes = 0;
     store.api->bytes_in_use(store.store, &bytes);
     report->kv_bytes = bytes;
+    report->evicted_bytes = bytes_before_end > bytes ? bytes_before_end - bytes : 0;
+
+    bool output_rewritten = false;
+    for (const auto& inst : chains.instances)
+      output_rewritten |= inst.api().attend != nullptr || inst.api().correct != nullptr;
+    report->rel_err = 0;
+    report->kernel_rel_err = output_rewritten ? -1 : 0;
+    report->recall = 1;
+    report->attended_fraction = 1;
+    report->non_finite = 0;
+    for (int32_t layer = 0; layer < run_layers; ++layer) {
+      // Host copies of the layer's view and of the selection used, for the f64 reference.
+      const HostPagedView& hv = views[size_t(layer)];
+      HostTensor& out = outs[size_t(layer)];
+      HostSelection hsel;
+      selection_to_host(runner.selection_used(layer), &hsel);
+      sieve_attention_args args =
+          kernels::make_attention_args(spec.phase, spec.n_q_heads, spec.n_kv_heads, spec.head_dim, &w.q.dl(),
+                                       &out.dl(), &qo.dl(), qo_indptr.data(), &hv.view);
+      args.selection = hsel.get();
+
+      reference::RefOptions dense_opt;
+      dense_opt.ignore_selection = true;
+      reference::RefAttention dense = reference::attend_reference(args, dense_opt);
+      reference::OutputError e = reference::compare_output(dense, out.dl());
+      report->rel_err = std::max(report->rel_err, e.rel_l2);
+      report->non_finite += e.non_finite;
+      if (!output_rewritten) {
+        reference::RefAttention ref = reference::attend_reference(args);
+        report->kernel_rel_err = std::max(report->kernel_rel_err, reference::compare_output(ref, out.dl()).rel_l2);
+      }
+      report->recall = std::min(report->recall, reference::attention_recall(args));
+      report->attended_fraction = std::min(report->attended_fraction, attended_fraction(args, total_new));
+      if (spec.planted_keys > 0) {
+        const std::vector<std::vector<uint8_t>> kept = kept_pages(services, *store.api, store.store, layer, seq_ids, hv);
+        const double r = reference::planted_recall(args, planted, &kept);
+        if (r >= 0) report->planted_recall = report->planted_recall < 0 ? r : std::min(report->planted_recall, r);
+      }
+    }
+    sieve_paged_kv view{};
+    require(store.api->view(store.store, 0, seq_ids.data(), batch, &view) == SIEVE_OK, SIEVE_ERR_INTERNAL,
+            store.api->last_error(store.store));
 
     // The dense core kernel alone on the same cache, for the speed ratio.
     {

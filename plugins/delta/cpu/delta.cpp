@@ -167,6 +167,8 @@ class DeltaPolicy final : public sp::PolicyBase {
       .needs = SIEVE_NEEDS_PAGE_STATS,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
+      .conform_params = "token_budget=256,recent=16,dense_layers=[],select_layers=[0]",
+      .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {

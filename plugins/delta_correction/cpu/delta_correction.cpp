@@ -102,6 +102,8 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
       .needs = 0,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
+      .conform_params = nullptr,
+      .selection_basis = SIEVE_SELECTION_BASIS_NONE,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params&, sp::Reasons& r) {

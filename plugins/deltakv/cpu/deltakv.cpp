@@ -97,6 +97,8 @@ class DeltaKvPolicy final : public sp::PolicyBase {
       .needs = 0,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
+      .conform_params = nullptr,
+      .selection_basis = SIEVE_SELECTION_BASIS_NONE,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params&, sp::Reasons& r) {

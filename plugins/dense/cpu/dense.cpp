@@ -34,6 +34,8 @@ class DensePolicy final : public sp::PolicyBase {
       .needs = 0,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_FULL,
+      .conform_params = nullptr,
+      .selection_basis = SIEVE_SELECTION_BASIS_NONE,
   };
 
   explicit DensePolicy(const sp::CreateContext& ctx) : PolicyBase(ctx) {}

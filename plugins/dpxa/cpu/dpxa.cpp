@@ -115,6 +115,8 @@ class DpxaPolicy final : public sp::PolicyBase {
       .needs = 0,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
+      .conform_params = "block=64",
+      .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {

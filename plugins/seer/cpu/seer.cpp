@@ -16,6 +16,9 @@
 // The selection is a list of key blocks per (sequence, KV head): PER_KV_HEAD rows with
 // k_block_pages = block / page_size (block must be a multiple of page_size).
 //
+// weights=builtin:mean (gate/builtin_gate.hpp) replaces the distilled gate by a training-free
+// baseline on any geometry: what `sieve conform` runs with no arguments (conform_params).
+//
 // K-compression cache (§3.2): a KV-store sidecar "seer.kcomp" of gate_dim + 1 floats per
 // (page, KV head). A block's vector lives in the sidecar of its FIRST page (a block spans
 // block/page_size pages); the extra float is a "filled" flag (the store zeroes sidecars when it
@@ -43,6 +46,7 @@
 #include <vector>
 
 #include "gate/block_truth.hpp"
+#include "gate/builtin_gate.hpp"
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
 #if SIEVE_WITH_CUDA
@@ -79,7 +83,9 @@ class SeerPolicy final : public sp::PolicyBase {
  public:
   static constexpr sieve_param_spec kParams[] = {
       sp::string_param("weights", "",
-                       "gate weights (safetensors from `sieve distill-gate`); not needed for mode=oracle"),
+                       "gate weights (safetensors from `sieve distill-gate`), or builtin:mean (a "
+                       "training-free baseline: group-mean query . block-mean key, no RoPE); not "
+                       "needed for mode=oracle"),
       sp::int_param("block", "64", 16, 128, "tokens per key block: 16, 32, 64 or 128 (a multiple of page_size)"),
       sp::enum_param("mode", "budget", "budget|threshold|oracle",
                      "budget: top token_budget/block-1 blocks; threshold: softmax score > threshold; "
@@ -110,6 +116,8 @@ class SeerPolicy final : public sp::PolicyBase {
       .needs = SIEVE_NEEDS_PRE_ROPE_K | SIEVE_NEEDS_PRE_ROPE_Q | SIEVE_NEEDS_WEIGHTS_FILE | SIEVE_NEEDS_SIDECARS,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
+      .conform_params = "weights=builtin:mean,block=64,token_budget=256",
+      .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
@@ -128,6 +136,10 @@ class SeerPolicy final : public sp::PolicyBase {
       r.unsupported("max_batch x n_kv_heads x blocks exceeds the int32 selection size");
     if (mode == kOracle) return;
     const std::string path(p.text("weights"));
+    if (sg::is_builtin_gate(path)) {
+      if (std::string why = sg::builtin_gate_problem(path); !why.empty()) r.invalid(why);
+      return;
+    }
     if (path.empty()) {
       r.invalid("weights is empty: mode=", p.text("mode"),
                 " needs a gate file (make one with `sieve distill-gate --model M --out F`), or use mode=oracle");
@@ -156,7 +168,11 @@ class SeerPolicy final : public sp::PolicyBase {
     const int64_t k = token_budget_ / block_ - 1;
     top_k_ = int32_t(std::clamp<int64_t>(k, 0, max_blocks_));
     if (mode_ != kOracle) {
-      weights_ = rethrow_as_plugin_error([&] { return sg::read_gate(std::string(ctx.params.text("weights"))); });
+      const std::string weights(ctx.params.text("weights"));
+      builtin_ = sg::is_builtin_gate(weights);
+      weights_ = rethrow_as_plugin_error([&] {
+        return sg::is_builtin_gate(weights) ? sg::builtin_gate(weights, g, block_, rmsnorm_) : sg::read_gate(weights);
+      });
       gate_dim_ = weights_.shape.gate_dim;
       if (!ctx.kv || !ctx.kv_api || !ctx.kv_api->register_sidecar)
         sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "seer keeps its K-compression cache in a KV-store sidecar: no store given");
@@ -390,7 +406,7 @@ class SeerPolicy final : public sp::PolicyBase {
           };
           sg::pool_block(key, block_, d, pooled_.data());
           sg::gate_key(weights_.wk_at(call.layer, h), pooled_.data(), d, gate_dim_, rmsnorm_, j * block_,
-                       g.rope_theta, entry);
+                       gate_theta(), entry);
           entry[gate_dim_] = 1.f;
         }
         if (all_filled) break;  // blocks fill in order: everything before is filled too
@@ -416,7 +432,7 @@ class SeerPolicy final : public sp::PolicyBase {
         for (int32_t i = 0; i < gd; ++i)
           q_group_[size_t(i)] = sieve::load_float(q, qt.dtype, (int64_t(token) * g.n_q_heads + h * group_) * d + i);
         sg::gate_query(weights_.wq_at(call.layer, h), q_group_.data(), gd, gate_dim_, rmsnorm_,
-                       call.positions_host[token], g.rope_theta, gate_vec_.data());
+                       call.positions_host[token], gate_theta(), gate_vec_.data());
         float* s = scores_.data() + int64_t(block_indptr_[size_t(b)]) * hkv + h;
         float mx = -INFINITY;
         for (int32_t j = 0; j < nb; ++j) {
@@ -492,6 +508,9 @@ class SeerPolicy final : public sp::PolicyBase {
   float threshold_;
   bool rmsnorm_;
   bool fused_;
+  bool builtin_ = false;  // weights=builtin:...: a training-free gate without RoPE
+  // RoPE base of the gate: the model's, or 0 (no rotation, gate_math.hpp) for a built-in gate.
+  float gate_theta() const { return builtin_ ? 0.f : geometry().rope_theta; }
   int32_t block_pages_ = 1, group_ = 1, max_blocks_ = 1, top_k_ = 0, gate_dim_ = 0;
   int32_t slot_ = -1;
   std::string sidecar_name_;
@@ -549,7 +568,7 @@ sg::SeerCudaCommon SeerPolicy::cuda_common(const sieve_layer_call& call, const D
   c.block = block_;
   c.gate_dim = gate_dim_;
   c.rmsnorm = rmsnorm_;
-  c.rope_theta = g.rope_theta;
+  c.rope_theta = gate_theta();
   c.cache = sieve::data_ptr<float>(side);
   c.stream = cuda_stream();
   return c;

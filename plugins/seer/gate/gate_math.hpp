@@ -24,6 +24,7 @@ inline constexpr float kRmsEps = 1e-6f;
 // Rotation angle of channel pair (i, i+1) (i even) of an n-channel vector at `pos`: the model's
 // formula (core/model cpu_ops rope), in f32.
 SIEVE_SEER_HD float rope_angle(int64_t pos, int32_t i, int32_t n, float theta) {
+  if (theta <= 0.f) return 0.f;  // theta 0: no rotation (the built-in gates, builtin_gate.hpp)
   const float freq = 1.f / powf(theta, float(i) / float(n));
   return float(pos) * freq;
 }

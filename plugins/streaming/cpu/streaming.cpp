@@ -69,6 +69,8 @@ class StreamingPolicy final : public sp::PolicyBase {
       .needs = 0,
       .evicts_kv = 0,
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
+      .conform_params = "sink=4,window=64",
+      .selection_basis = SIEVE_SELECTION_BASIS_POSITIONAL,
   };
 
   // Reasons beyond the schema ranges and the generic geometry checks, which already refuse

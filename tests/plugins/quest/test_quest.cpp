@@ -188,11 +188,12 @@ TEST_F(Quest, RefusesBadInputWithAStatusAndAMessage) {
   EXPECT_EQ(tiny.indptr()[0], kSelectionPoison);
 }
 
-// Defaults (dense at the conformance lengths), then a budget small enough to be sparse, per query
-// head and shared per GQA group. On the GPU machine the CUDA checks run too.
+// The descriptor's conformance parameters, then one page per row besides the last (the smallest
+// budget every conformance page size accepts), per query head and shared per GQA group. On the
+// GPU machine the CUDA checks run too.
 TEST(QuestConform, PassesInProcessDenseAndSparse) {
   const std::vector<sieve::runtime::ParamPairs> cases = {
-      {}, {{"token_budget", "32"}}, {{"token_budget", "32"}, {"gqa_share", "true"}}};
+      {}, {{"token_budget", "128"}}, {{"token_budget", "128"}, {"gqa_share", "true"}}};
   for (const auto& params : cases) {
     sieve::runtime::ConformOptions o;
     o.isolate = false;

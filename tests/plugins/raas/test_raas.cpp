@@ -212,9 +212,12 @@ TEST_F(Raas, RefusesBadInputWithAStatusAndAMessage) {
   EXPECT_NE(std::string(api_->last_error(p_)), "");
 }
 
+// The declared conformance parameters (evictable prompt), then the prefill Quest selection (it
+// needs pinned prompt pages; budgets of one page at the largest conformance page size).
 TEST(RaasConform, PassesInProcessWithDefaultsAndThePrefillQuestSelection) {
   const std::vector<sieve::runtime::ParamPairs> cases = {
-      {}, {{"token_budget", "32"}, {"prefill_policy", "quest"}, {"prefill_budget", "32"}}};
+      {},
+      {{"token_budget", "64"}, {"pin_prefill", "true"}, {"prefill_policy", "quest"}, {"prefill_budget", "64"}}};
   for (const auto& params : cases) {
     sieve::runtime::ConformOptions o;
     o.isolate = false;

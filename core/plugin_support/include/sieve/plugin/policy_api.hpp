@@ -19,7 +19,9 @@
 //         .devices = SIEVE_DEVICE_CPU, .dtypes = SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16,
 //         .head_dims = nullptr, .n_head_dims = 0, .page_sizes = nullptr, .n_page_sizes = 0,
 //         .selection_heads = SIEVE_SEL_PER_SEQUENCE, .needs = 0, .evicts_kv = 0,
-//         .cuda_graph = SIEVE_CUDA_GRAPH_NONE};   // (every field: -Wextra flags omitted ones)
+//         .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
+//         .conform_params = "pages=4",              // ABI 1.1: what `sieve conform` runs
+//         .selection_basis = SIEVE_SELECTION_BASIS_POSITIONAL};  // (every field: -Wextra flags omitted ones)
 //
 //     // optional: extra reasons beyond the generic checks (geometry vs descriptor, values vs
 //     // schema); runs only when those passed
@@ -37,10 +39,11 @@
 //    private:
 //     int64_t pages_;
 //   };
-//   SIEVE_DEFINE_PLUGIN(Recent)   // defines the exported sieve_plugin_entry
+//   SIEVE_DEFINE_PLUGIN(Recent);  // defines the exported sieve_plugin_entry
 //
-// Build it with `sieve_add_plugin(NAME recent SOURCES recent.cpp)` in tree, or out of tree link
-// Sieve::plugin_support and hide every symbol but sieve_plugin_entry (cmake/plugin.map).
+// Build it with `sieve_add_plugin(NAME recent SOURCES recent.cpp)` in tree; out of tree, after
+// find_package(Sieve), `target_link_libraries(recent PRIVATE Sieve::plugin_support)` and
+// `sieve_plugin_properties(recent NAME recent)` (docs/plugin-authoring.md §11).
 //
 // What the generated table does:
 //  - every C entry is noexcept: an Error keeps its status, std::bad_alloc becomes OUT_OF_MEMORY,

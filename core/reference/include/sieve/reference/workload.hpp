@@ -18,6 +18,7 @@
 // any public member (that is how malformed arguments are built).
 #pragma once
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "sieve/attention.h"
@@ -43,6 +44,9 @@ struct WorkloadSpec {
   double heavy_fraction = 0.05;   // of key tokens that carry a heavy direction
   double heavy_logit = 4.0;       // extra logit (at the default scale) of a heavy key
 };
+
+// A direction drawn uniformly on the unit sphere of `d` dimensions.
+std::vector<float> random_unit_vector(std::mt19937& rng, int32_t d);
 
 // One key-block list per selection row, row order as in attention.h.
 using SelectionRows = std::vector<std::vector<int32_t>>;

@@ -44,7 +44,7 @@ struct ConformReport {
 struct GeometryOverride {
   int32_t n_q_heads = 0, n_kv_heads = 0, head_dim = 0, page_size = 0;
   DLDataType kv_dtype{0, 0, 0};
-  int32_t n_layers = 0;  // the model's layer count (static: 4; numeric: 1); the checks run layer 0
+  int32_t n_layers = 0;  // the model's layer count (static: 4; numeric: 2); numeric runs layers 0, 1
   bool any() const { return n_q_heads || n_kv_heads || head_dim || page_size || kv_dtype.bits; }
 };
 
@@ -64,9 +64,22 @@ struct ConformOptions {
   GeometryOverride geometry;
 };
 
+// ABI 1.1 descriptor fields, read only when the plugin's descriptor has them: the parameter text
+// it declares for conformance ("" when none) and its sieve_selection_basis (UNDECLARED for 1.0).
+const char* declared_conform_params(const sieve_policy_descriptor& d);
+uint32_t declared_selection_basis(const sieve_policy_descriptor& d);
+// "content", "positional", "none", "undeclared".
+const char* selection_basis_name(uint32_t basis);
+
+// The parameters every check validates and creates the plugin with: the descriptor's
+// conform_params (a chain item's parameter syntax), each replaced by a `--param` of the same name,
+// plus the other `--param`s. False with one line in *error when conform_params do not parse.
+bool conform_param_pairs(const sieve_policy_descriptor& d, const ParamPairs& given, ParamPairs* out,
+                         std::string* error);
+
 // The static checks. Check names (stable; tests and CI refer to them):
 //   file, entry_symbol, score, negotiate_host_major, negotiate_newer_host, negotiate_major_0,
-//   plugin_table, policy_table, descriptor, schema, kv_store_table,
+//   plugin_table, policy_table, descriptor, schema, conform_params, kv_store_table,
 //   validate_accepts_declared, validate_rejects_head_dim_0, validate_rejects_gqa_mismatch,
 //   validate_rejects_page_size_0, validate_rejects_unlisted_head_dim,
 //   validate_rejects_unlisted_page_size, validate_rejects_unsupported_dtype,

@@ -9,10 +9,13 @@
 //
 // With `check` on (the default for `sieve attn` and `sieve conform`; benchmarks turn it off), a
 // misbehaving plugin is caught and named: a bad status, a selection with an out-of-range or
-// unordered key block, NaN or Inf in the output. Every error is one line naming the plugin, its
+// unordered key block, a row with a hole (an index entry select never wrote: check mode fills the
+// selection's indices with kUnwrittenIndex before each select, O(capacity) per layer), NaN or Inf
+// in the output. Every error is one line naming the plugin, its
 // instance, the layer and the hook.
 #pragma once
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,6 +58,9 @@ struct SelectionSnapshot {
 
 class LayerRunner {
  public:
+  // What check mode fills a selection's index entries with before select (never a key block).
+  static constexpr int32_t kUnwrittenIndex = INT32_MIN;
+
   struct Options {
     bool check = true;             // validate selections and outputs (see above)
     bool record_selections = false;  // keep a SelectionSnapshot per layer
@@ -106,6 +112,8 @@ class LayerRunner {
   sieve_status plugin_failed(int32_t instance, int32_t layer, const char* hook, sieve_status st,
                              std::string* error) const;
   std::string check_selection(const sieve_attention_args& args);
+  std::string poison_indices(const sieve_selection& sel, int64_t capacity);
+  static std::string find_hole(const std::vector<int32_t>& indptr, const std::vector<int32_t>& indices, int64_t nnz);
   std::string check_output(const DLTensor& out, const int32_t* rows, int64_t n_rows);
   // The call the hooks see for `in` on `view` (the per-sequence lengths go to kv_len_).
   sieve_layer_call layer_call(const LayerInputs& in, sieve_paged_kv* view);
@@ -124,6 +132,7 @@ class LayerRunner {
   std::vector<int32_t> kv_len_;
   std::vector<int32_t> step_lens_;  // end_step's lengths, grow-only
   std::vector<unsigned char> host_scratch_;
+  std::vector<int32_t> poison_;  // check mode: the fill copied into the selection's indices
   HostTimers timers_;
   uint64_t buffer_allocations_ = 0;
 };

@@ -51,11 +51,36 @@ struct LoadedPlugin {
   }
 };
 
-// Pre-flight check of a file before dlopen: exists, is a regular file, is an ELF shared object
-// for this machine's class and architecture, and no segment or section table reaches past the
-// end of the file (dlopen of a truncated ELF can otherwise die of SIGBUS instead of failing).
-// Returns "" when the file looks loadable, else the reason (without the file name).
+// Pre-flight check of a file before dlopen (elf_check.cpp): exists, is a regular file, is an ELF
+// shared object for this machine's class, byte order and architecture; its program and section
+// header tables, segments and sections lie within the file and account for all of it; its dynamic
+// section is terminated, every table address it names (strings, symbols, hashes, relocations,
+// init/fini arrays) lies in a loadable segment, string offsets lie in the string table, and every
+// relocation writes inside the object. glibc's dlopen trusts all of this and can die of SIGSEGV
+// or SIGBUS instead of failing. Returns "" when the file looks loadable, else the reason (without
+// the file name). What it cannot see (damaged code, constructors) discovery's probe process
+// catches (registry.hpp).
 std::string check_elf_file(const std::string& path);
+
+// Bounds on what a plugin table declares: a count or a string beyond them refuses the plugin
+// with the reason, before anything iterates over it.
+inline constexpr uint32_t kMaxParams = 256;         // sieve_policy_api::n_params
+inline constexpr uint32_t kMaxListedSizes = 256;    // descriptor n_head_dims, n_page_sizes
+inline constexpr size_t kMaxNameLength = 64;        // plugin, policy, KV store, parameter names
+inline constexpr size_t kMaxTextLength = 4096;      // vendor, summary, doc, default, choices
+inline constexpr uint32_t kMaxStructSize = 65536;   // any struct_size (later minors grow them)
+
+// A plugin-supplied string for a message: at most `max` bytes of it ("(null)" for NULL, "..."
+// appended when cut), never reading past them.
+std::string bounded_text(const char* s, size_t max = kMaxNameLength);
+// s is non-NULL and not terminated within kMaxTextLength bytes.
+bool text_too_long(const char* s);
+// Empty when s is non-NULL, non-empty and terminated within kMaxTextLength bytes, else why not
+// ("empty", "over-long (> 4096 bytes)").
+std::string text_problem(const char* s);
+// Empty when is_identifier(name), else "'Name' does not match [a-z0-9_]+" or "'...' is longer
+// than 64 bytes".
+std::string identifier_problem(const char* name);
 
 // check_elf_file + dlopen (RTLD_NOW | RTLD_LOCAL) + look up the entry and score symbols.
 bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error);
@@ -73,10 +98,11 @@ bool load_plugin(const std::string& path, LoadedPlugin* out, std::string* error,
 // They read only what the header sizes say is there and never call into the plugin.
 //  - header: struct_size covers the v1.0 fields, abi_major == the negotiated major, a
 //    [a-z0-9_]+ name, at least one of policy / kv_store;
+//  - every table: struct_size at least the v1.0 size and at most kMaxStructSize;
 //  - policy table: size, required functions (validate, create, destroy, last_error), at least
-//    one hook, a descriptor, params non-NULL when n_params > 0;
+//    one hook, a descriptor, params non-NULL when n_params > 0, n_params <= kMaxParams;
 //  - descriptor: size, [a-z0-9_]+ name equal to the plugin's, vendor, summary, known and non-zero
-//    phase/device/dtype bits, head-dim and page-size arrays, selection heads, needs bits, CUDA-graph
+//    phase/device/dtype bits, head-dim and page-size arrays (at most kMaxListedSizes), selection heads, needs bits, CUDA-graph
 //    level, evicts_kv => end_step, page stats => observe and select;
 //  - kv store: size, name, required functions;
 //  - plugin table: all of the above plus check_schema (params.hpp): what the loader refuses.
@@ -97,7 +123,7 @@ std::string selection_heads_name(uint32_t heads);
 std::string cuda_graph_name(uint32_t level);
 std::string status_name(int status);  // "SIEVE_ERR_VERSION", or "status 42"
 
-// Is `name` a valid policy / parameter name: [a-z0-9_]+.
+// Is `name` a valid policy / parameter name: [a-z0-9_]+, at most kMaxNameLength bytes.
 bool is_identifier(const char* name);
 
 }  // namespace sieve::runtime

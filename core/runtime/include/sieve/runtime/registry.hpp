@@ -44,7 +44,9 @@ class Registry {
   static Registry discover(const DiscoveryOptions& options);
 
   // Load every plugin file of one directory (in name order) / one file. Return false when the
-  // directory does not exist / the file failed to load (recorded in failures()).
+  // directory does not exist / the file failed to load (recorded in failures(), and a warning).
+  // A file is loaded into this process only after it loaded cleanly in a probe process
+  // (probe.hpp): a file that crashes or hangs the loader is a failure, not the host's end.
   bool add_directory(const std::string& dir);
   bool add_file(const std::string& path);
 
@@ -60,6 +62,7 @@ class Registry {
   const std::vector<std::string>& missing_dirs() const { return missing_dirs_; }
 
  private:
+  bool add_probed(const std::string& path, std::string probe_error);
   void add_loaded(LoadedPlugin plugin);
   std::vector<LoadedPlugin> plugins_;
   std::vector<LoadFailure> failures_;

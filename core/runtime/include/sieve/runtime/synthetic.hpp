@@ -19,7 +19,11 @@ namespace sieve::runtime {
 struct SyntheticSpec {
   uint32_t phase = SIEVE_PHASE_DECODE;
   int32_t n_q_heads = 32, n_kv_heads = 8, head_dim = 128, page_size = 16;
-  int32_t n_layers = 1;  // the model's layer count (policies may check it); the call runs layer 0
+  int32_t n_layers = 1;  // the model's layer count (policies may check it)
+  // Layers 0 .. run_layers-1 run in order in the one step, each on the same K/V and queries (an
+  // instance that serves several layers, DELTA, selects at one and reuses at the next); metrics
+  // are the worst over them. At most n_layers.
+  int32_t run_layers = 1;
   std::vector<int32_t> context = {4096};  // tokens per sequence after the call (ragged allowed)
   int32_t new_tokens = 1;                  // per sequence in prefill (clipped to the context)
   DLDataType kv_dtype{kDLFloat, 32, 1};
@@ -30,6 +34,11 @@ struct SyntheticSpec {
   // Keys/queries/values from reference::make_long_context (realistic adjacent-token similarity,
   // RoPE, sink, heavy runs; seed = seed + sequence) instead of Workload's random ones.
   bool similar_keys = false;
+  // > 0: the selection-quality probe (reference/planted.hpp): this many keys per (sequence, KV
+  // head) aligned with the group's queries at `planted_logit`; the report's planted_recall says
+  // how much of their mass the chain attended (and kept resident after end_step).
+  int32_t planted_keys = 0;
+  double planted_logit = 32;
 };
 
 struct SyntheticReport {
@@ -38,7 +47,9 @@ struct SyntheticReport {
                                  // (-1 when an attend/correct hook changed the output)
   double recall = 1;             // dense softmax mass on the attended keys
   double attended_fraction = 1;  // attended keys / causal keys, averaged over (token, head)
+  double planted_recall = -1;    // with planted_keys: see SyntheticSpec (-1: nothing planted)
   int64_t non_finite = 0;
+  uint64_t evicted_bytes = 0;    // store bytes end_step released (eviction)
   uint64_t kv_bytes = 0;         // store bytes_in_use after the call
   double chain_seconds = 0;      // the layer call through the chain (append included), synced
   double dense_seconds = 0;      // the core dense kernel alone on the same cache (median)
@@ -47,9 +58,9 @@ struct SyntheticReport {
   std::vector<std::pair<std::string, HostServices::MetricSummary>> metrics;
 };
 
-// Runs `chain` (layer 0 of a one-layer model) on the workload of `spec`. Returns false with one
-// line in *error on a setup failure or when a plugin misbehaves (that line names the plugin, the
-// layer and the hook).
+// Runs `chain` (layers 0 .. run_layers-1 of the model) on the workload of `spec`. Returns false
+// with one line in *error on a setup failure or when a plugin misbehaves (that line names the
+// plugin, the layer and the hook).
 bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain, const Registry& registry,
                    SyntheticReport* report, std::string* error);
 
