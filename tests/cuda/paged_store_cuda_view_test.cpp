@@ -56,6 +56,22 @@ struct CudaBackend final : kv_test::Backend {
   }
 };
 
+// Appends k / v (rows split by indptr) to `ids` in layer 0, views them in that order and reads the
+// view back; its device arrays must equal its host mirrors. Empty when append or view failed.
+ViewTables append_and_view(Store& st, CudaBackend& be, std::vector<int32_t>& ids, std::vector<int32_t>& indptr,
+                           const HostTensor& k, const HostTensor& v) {
+  auto a = kv_test::make_append(0, ids, indptr, be.tokens(k, 0), be.tokens(v, 1));
+  sieve_paged_kv view{};
+  if (st.api->append(st.s, &a) != SIEVE_OK || st.api->view(st.s, 0, ids.data(), int32_t(ids.size()), &view) != SIEVE_OK) {
+    ADD_FAILURE() << st.error();
+    return {};
+  }
+  ViewTables t = be.read(view);
+  EXPECT_EQ(t.indptr, t.indptr_host);
+  EXPECT_EQ(t.last, t.last_host);
+  return t;
+}
+
 class PagedStoreCudaViews : public CudaTest {};
 
 TEST_F(PagedStoreCudaViews, EveryViewOfARandomServingRunIsExact) {
@@ -96,14 +112,9 @@ TEST_F(PagedStoreCudaViews, LongDecodeKeepsTheDeviceTableExact) {
       // The prompts fill ~1500 pages: the first view is a full rebuild through the staging ring.
       for (int b = 0; b < B; ++b) indptr.push_back(indptr.back() + (step == 0 ? 1 + 200 * b : 1));
       HostTensor k({indptr.back(), hkv, d}, kF32), v({indptr.back(), hkv, d}, kF32);
-      auto a = kv_test::make_append(0, ids, indptr, be.tokens(k, 0), be.tokens(v, 1));
-      ASSERT_EQ(st.api->append(st.s, &a), SIEVE_OK) << st.error();
+      const ViewTables t = append_and_view(st, be, ids, indptr, k, v);
+      ASSERT_FALSE(HasFailure()) << "step " << step;
       for (int b = 0; b < B; ++b) len[b] += indptr[b + 1] - indptr[b];
-      sieve_paged_kv view{};
-      ASSERT_EQ(st.api->view(st.s, 0, ids.data(), B, &view), SIEVE_OK) << st.error();
-      const ViewTables t = be.read(view);
-      ASSERT_EQ(t.indptr, t.indptr_host) << "step " << step;
-      ASSERT_EQ(t.last, t.last_host) << "step " << step;
       int32_t at = 0;
       for (int b = 0; b < B; ++b) {
         const int32_t np = (len[b] + page - 1) / page;
@@ -147,13 +158,8 @@ TEST_F(PagedStoreCudaViews, LargeBatchesTakeTheStagedPaths) {
           for (int i = 0; i < d; ++i) k.set(int64_t(r) * d + i, next), v.set(int64_t(r) * d + i, float(int(next) % 256));
           tokens[b].push_back(next);
         }
-      auto a = kv_test::make_append(0, ids, indptr, be.tokens(k, 0), be.tokens(v, 1));
-      ASSERT_EQ(st.api->append(st.s, &a), SIEVE_OK) << st.error();
-      sieve_paged_kv view{};
-      ASSERT_EQ(st.api->view(st.s, 0, ids.data(), B, &view), SIEVE_OK) << st.error();
-      const ViewTables t = be.read(view);
-      ASSERT_EQ(t.indptr, t.indptr_host) << "per " << per;
-      ASSERT_EQ(t.last, t.last_host) << "per " << per;
+      const ViewTables t = append_and_view(st, be, ids, indptr, k, v);
+      ASSERT_FALSE(HasFailure()) << "per " << per;
       int64_t wrong = 0;
       for (int b = 0; b < B; ++b) {
         const int32_t n = int32_t(tokens[b].size()), np = (n + page - 1) / page;

@@ -1,7 +1,8 @@
 // A long random run of what a serving loop does to a paged store — ragged prefills, many decode
-// steps across page boundaries, RaaS-style eviction of middle pages, remove_sequence then a new
-// sequence reusing the freed pages (and the id), the batch reordered or shrunk, the same view
-// taken twice — with every view checked against a model of which tokens each sequence holds.
+// steps across page boundaries (appending in the views' order, or in another), RaaS-style
+// eviction of middle pages, remove_sequence then a new sequence reusing the freed pages (and the
+// id), the batch reordered or shrunk, the same view taken twice — with every view checked against
+// a model of which tokens each sequence holds.
 // Each token's K and V rows carry a value unique to it, so a stale, partial or misordered page
 // table reads back a wrong value. The views are incremental (view_delta.hpp); this is what
 // catches a delta that drops or misplaces a page. Shared by the CPU store's tests and the CUDA
@@ -47,7 +48,8 @@ class ViewScenario {
     batch_ = ids_;
     for (int step = 0; step < steps && !::testing::Test::HasFatalFailure(); ++step) {
       const int op = int(rng_() % 20);
-      if (op < 12) append_decode();
+      if (op < 10) append_decode();
+      else if (op < 12) append_decode_reordered();
       else if (op < 14) append_ragged();
       else if (op < 16) evict_middle_page();
       else if (op < 17) replace_sequence();
@@ -81,12 +83,13 @@ class ViewScenario {
     seqs_.push_back(std::move(s));
   }
 
-  // Appends counts[b] tokens to batch_[b] in both layers (as a model step does), if they fit.
-  void append(const std::vector<int32_t>& counts) {
+  // Appends counts[b] tokens to ids[b] in both layers (as a model step does), if they fit.
+  void append(const std::vector<int32_t>& counts) { append(batch_, counts); }
+  void append(const std::vector<int32_t>& order, const std::vector<int32_t>& counts) {
     for (int layer = 0; layer < kLayers; ++layer) {
       int64_t need = pages_used(layer);
-      for (size_t b = 0; b < batch_.size(); ++b) {
-        const int64_t len = int64_t(seq(batch_[b]).tokens[size_t(layer)].size());
+      for (size_t b = 0; b < order.size(); ++b) {
+        const int64_t len = int64_t(seq(order[b]).tokens[size_t(layer)].size());
         need += (len + counts[b] + kPage - 1) / kPage - (len + kPage - 1) / kPage;
       }
       if (need > kPages) return;  // the pool is full: the scenario evicts or replaces instead
@@ -95,21 +98,28 @@ class ViewScenario {
     for (int32_t c : counts) indptr.push_back(indptr.back() + c);
     for (int layer = 0; layer < kLayers; ++layer) {
       HostTensor k({indptr.back(), kHkv, kD}, kF32), v({indptr.back(), kHkv, kD}, kF32);
-      for (size_t b = 0; b < batch_.size(); ++b)
+      for (size_t b = 0; b < order.size(); ++b)
         for (int32_t r = indptr[b]; r < indptr[b + 1]; ++r) {
           const float value = float(++next_value_);  // exact in f32 far beyond this run
           for (int i = 0; i < kHkv * kD; ++i) {
             k.set(int64_t(r) * kHkv * kD + i, value);
             v.set(int64_t(r) * kHkv * kD + i, -value);
           }
-          seq(batch_[b]).tokens[size_t(layer)].push_back(value);
+          seq(order[b]).tokens[size_t(layer)].push_back(value);
         }
-      std::vector<int32_t> ids = batch_;
+      std::vector<int32_t> ids = order;
       auto a = make_append(layer, ids, indptr, be_.tokens(k, 0), be_.tokens(v, 1));
       ASSERT_EQ(st_.api->append(st_.s, &a), SIEVE_OK) << st_.error();
     }
   }
   void append_decode() { append(std::vector<int32_t>(batch_.size(), 1)); }
+  // A decode step listing the batch in another order than the views: the store cannot publish
+  // the view's change with the tokens, the next view does.
+  void append_decode_reordered() {
+    std::vector<int32_t> order = batch_;
+    std::shuffle(order.begin(), order.end(), rng_);
+    append(order, std::vector<int32_t>(order.size(), 1));
+  }
   void append_ragged() {
     std::vector<int32_t> counts;
     for (size_t b = 0; b < batch_.size(); ++b) counts.push_back(int32_t(rng_() % 3 == 0 ? 0 : rng_() % 40));

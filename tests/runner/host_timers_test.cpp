@@ -11,6 +11,7 @@
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/layer_runner.hpp"
 #include "sieve/util/tensor.hpp"
+#include "../plugins/support/layer_call.hpp"
 
 using namespace sieve;
 using namespace sieve::runtime;
@@ -20,21 +21,8 @@ namespace {
 // Two decode steps of a two-layer model with an empty chain (the core kernel alone), batch 2.
 std::map<std::string, HostServices::MetricSummary> run_steps() {
   HostServices services(kCpu);
-  sieve_geometry g{};
-  g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-  g.n_layers = 2;
-  g.n_q_heads = 4;
-  g.n_kv_heads = 2;
-  g.head_dim = 8;
-  g.page_size = 16;
-  g.max_batch = 2;
-  g.max_seq_len = 256;
-  g.kv_dtype = kF32;
-  g.device = kCpu;
-  sieve_kv_config c{};
-  c.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
-  c.geometry = g;
-  c.pages_per_layer = 16;
+  const sieve_geometry g = sieve::testing::test_geometry(16, 2, 256);  // 2 layers, 4q / 2kv, d 8
+  const sieve_kv_config c = sieve::testing::test_kv_config(g, 16);
   const sieve_kv_store_api* api = kv::paged_cpu_store_api();
   sieve_kv_store* store = nullptr;
   EXPECT_EQ(api->create(services.table(), &c, &store, sieve_reason_sink{}), SIEVE_OK);

@@ -113,6 +113,9 @@ struct SlotList {
   int32_t view_last[kInlineSlots];
 };
 
+static_assert(sizeof(SlotList) + sizeof(ScatterSources) + 3 * sizeof(int32_t) <= 4096,
+              "scatter_tokens' parameters must stay within 4 KB");
+
 // One thread per (source, slot, head, dim): row `src` of the input lands in (page, offset).
 // __grid_constant__: the parameters are read in place (indexed by slot), never copied per thread.
 template <class S, class D>
@@ -173,6 +176,9 @@ struct InlineInts {
   int32_t n;
   int32_t v[kInlineInts];
 };
+
+static_assert(sizeof(InlineInts) + 4 * sizeof(void*) + 2 * sizeof(int32_t) <= 4096,
+              "publish_view_table's parameters must stay within 4 KB");
 
 // Writes small.v[0, small.n) to table[0, small.n), and indices[0, nnz) merged from `previous`
 // by the packed description: `packed` (device) when given, else small.v itself.

@@ -211,9 +211,10 @@ void PagedStoreBase::append(const sieve_kv_append& a) {
 //   - anything else (first view, another batch, an eviction, a sequence removed and its id
 //     reused, a failed publish) -> kPages as a full rebuild (keep[b] = 0, every page added).
 // The view's contract (kv_store.h: valid until the next append/evict/remove) holds as before:
-// what a view points at is rewritten only by a later view of the same layer, and only after an
-// append, evict or remove changed that layer (or the batch differs), the same as when every view
-// was rebuilt; on a device, every rewrite is stream-ordered after the work already enqueued.
+// what a view points at is rewritten only after an append, evict or remove changed that layer
+// (by that append, see above, or by the next view of the layer), or by a view of the layer for
+// another batch, the same as when every view was rebuilt; on a device, every rewrite is
+// stream-ordered after the work already enqueued.
 void PagedStoreBase::view(int32_t layer, const int32_t* seq_ids, int32_t batch, sieve_paged_kv* out) {
   check_layer(layer);
   if (!out) fail(SIEVE_ERR_INVALID_ARGUMENT, "view: out is null");
