@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 20 on the GPU machine, one call: build sieve_bench and cuda_test, run the CUDA attention
-# tests (decode and tensor-core cases; under compute-sanitizer memcheck with --memcheck), then the
+# tests (decode and tensor-core cases) and the paged CUDA store's (under compute-sanitizer
+# memcheck with --memcheck), then the
 # dense decode cases against PyTorch SDPA and the read-only ceiling. Every VARIANT given as
 # NAME=ENV (e.g. bulk=SIEVE_DECODE_BULK=1) repeats the timing with that environment ("base" has
 # none); --tests and --policy name the variants (comma list) that also run the tests / the
@@ -42,7 +43,7 @@ cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIEVE_WITH_CUDA=ON \
 cmake --build $B -j 16 --target cuda_test sieve_bench >> "$LOG" 2>&1 || { grep -E "error|FAILED" "$LOG" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-gfilter='AttentionCudaTensorCores.*:AttentionCuda.Decode*:AttentionCuda.CapturesIntoACudaGraph'
+gfilter='AttentionCudaTensorCores.*:AttentionCuda.Decode*:AttentionCuda.CapturesIntoACudaGraph:PagedStoreCuda*'
 status=0
 for v in "${variants[@]}"; do
   name=${v%%=*} env=${v#*=}

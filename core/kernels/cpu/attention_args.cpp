@@ -136,14 +136,14 @@ std::string check_queries(const sieve_attention_args& a) {
     return "qo_indptr_host[0]: " + std::to_string(a.qo_indptr_host[0]) + ", expected 0";
   for (int32_t b = 0; b < batch; ++b) {
     const int32_t n = a.qo_indptr_host[b + 1] - a.qo_indptr_host[b];
-    const std::string seq = " for sequence " + std::to_string(b);
-    if (n < 0) return "qo_indptr_host: decreases" + seq;
+    auto seq = [b] { return " for sequence " + std::to_string(b); };  // built only for a message
+    if (n < 0) return "qo_indptr_host: decreases" + seq();
     if (a.phase == SIEVE_PHASE_DECODE && n != 1)
-      return "qo_indptr_host: " + std::to_string(n) + " query tokens" + seq +
+      return "qo_indptr_host: " + std::to_string(n) + " query tokens" + seq() +
              ", decode takes exactly 1";
     const int32_t len = kv_len(*a.kv, b);
     if (n > len)
-      return "qo_indptr_host: " + std::to_string(n) + " query tokens" + seq + " but only " +
+      return "qo_indptr_host: " + std::to_string(n) + " query tokens" + seq() + " but only " +
              std::to_string(len) + " resident keys (the new tokens must be in the KV view)";
   }
   const int64_t tokens = a.qo_indptr_host[batch];

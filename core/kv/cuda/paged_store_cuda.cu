@@ -1,28 +1,38 @@
 // Paged KV store on a CUDA device.
 //
 // Memory: each layer's K, V (and pre-RoPE K) pool of pages_per_layer pages, the per-layer view
-// arrays (indptr [max_batch + 1], indices [pages_per_layer], last_page_len [max_batch]) and every
-// sidecar are allocated once, in the constructor / register_sidecar, through the host's
-// services->alloc on {kDLCUDA, device}, and freed through services->free in the destructor.
+// arrays (the packed view description of view_delta.hpp, whose first 2 * batch + 1 entries are
+// the view's indptr and last_page_len, [5 * max_batch + 2 + pages_per_layer]; two indices
+// buffers [pages_per_layer], the current view's and the previous one's) and every sidecar are
+// allocated once, in the constructor / register_sidecar, through the host's services->alloc on {kDLCUDA, device}, and freed through services->free in the destructor.
 // Eviction returns pages to the free list, so bytes_in_use drops and the pages are reused by
 // later appends, but the device pool itself stays reserved (unlike the CPU store, which gives
 // evicted pages back to the OS): a device pool cannot be partially released, and a page-granular
 // device allocator would put allocation on the hot path.
 //
 // Work: everything is enqueued on services->cuda_stream(host_ctx) and nothing synchronises.
-// append scatters the new tokens with one kernel per staging chunk (dtype conversion f32 / f16 /
-// bf16 -> storage dtype, strided input rows allowed); view uploads the page table of the listed
-// sequences; a sidecar's slots of a newly taken page are zeroed with cudaMemsetAsync (runs of
-// consecutive page ids merged into one memset).
+//   - append scatters the new tokens of K, V and pre-RoPE K in one kernel per chunk of slots
+//     (one per dtype when they differ; dtype conversion f32 / f16 / bf16 -> storage dtype,
+//     strided input rows allowed); a decode step's launch also writes the layer's view
+//     last_page_len when the base knows it (write_tokens' view_last), so that view has nothing
+//     left to publish;
+//   - view publishes what changed in the layer's page table since its previous view
+//     (view_delta.hpp): nothing, the last_page_len slice, or the packed description with the
+//     indices merged from the previous buffer into the other, in one kernel; host work and
+//     bytes are O(batch + pages added), not O(pages), except for a full rebuild (first view,
+//     another batch, after an eviction);
+//   - a sidecar's slots of a newly taken page are zeroed with cudaMemsetAsync (runs of
+//     consecutive page ids merged into one memset).
 //
-// Host -> device without a synchronisation: the slot lists and view arrays are produced on the
-// host, so they go through a pinned staging ring (kStages buffers of kStageBytes, allocated at
-// setup with cudaMallocHost). Each upload takes the next buffer, waits on the host for the event
-// recorded after that buffer's previous copy (a wait on a copy enqueued kStages uploads ago,
-// normally long done), fills it, enqueues cudaMemcpyAsync and records the event again. Uploads
-// larger than a buffer are split into chunks. The device-side destination of slot lists is one
-// buffer reused by every chunk: stream order puts each copy after the kernel that read the
-// previous chunk.
+// Host -> device without a synchronisation: a decode step's slot list (up to 128 tokens) and
+// view change (up to 900 ints) ride in the kernel's parameters, so a decode step copies nothing
+// and never waits. Larger slot lists and view descriptions go through a pinned staging ring
+// (kStages buffers of kStageBytes, allocated at setup with cudaMallocHost). Each upload takes the
+// next buffer, waits on the host for the event recorded after that buffer's previous copy (a wait
+// on a copy enqueued kStages uploads ago, normally long done), fills it, enqueues cudaMemcpyAsync
+// and records the event again. Uploads larger than a buffer are split into chunks. The
+// device-side destination of slot lists is one buffer reused by every chunk: stream order puts
+// each copy after the kernel that read the previous chunk.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -84,45 +94,102 @@ struct ScatterSource {
   void* pool;        // destination pages [pages, n_kv_heads, page_size, head_dim]
 };
 
-// One thread per (slot, head, dim): row `src` of the input lands in (page, offset).
+// The inputs one launch scatters (K, V and pre-RoPE K when they share a dtype), in one grid.
+struct ScatterSources {
+  ScatterSource s[3];
+  int32_t n;
+};
+
+// The slots of one launch: a decode step's few slots travel in the kernel's parameters (no copy,
+// no staging buffer), larger appends in device memory (`list`, uploaded through the ring).
+// A launch may also write a view's last_page_len (PagedStoreBase::write_tokens' view_last).
+constexpr int64_t kInlineSlots = 128;  // 2 KB with view_last, of the 4 KB of kernel parameters
+struct SlotList {
+  const TokenSlot* list;  // null: the slots are `inline_slots`
+  int64_t n;
+  TokenSlot inline_slots[kInlineSlots];
+  int32_t* last_dst;  // null, or where view_last[0, n_last) goes
+  int32_t n_last;
+  int32_t view_last[kInlineSlots];
+};
+
+static_assert(sizeof(SlotList) + sizeof(ScatterSources) + 3 * sizeof(int32_t) <= 4096,
+              "scatter_tokens' parameters must stay within 4 KB");
+
+// One thread per (source, slot, head, dim): row `src` of the input lands in (page, offset).
+// __grid_constant__: the parameters are read in place (indexed by slot), never copied per thread.
 template <class S, class D>
-__global__ void scatter_tokens(const TokenSlot* slots, int64_t n_slots, int32_t hkv, int32_t page_size,
-                               int32_t head_dim, ScatterSource src) {
-  const int64_t total = n_slots * hkv * head_dim;
+__global__ void scatter_tokens(const __grid_constant__ SlotList slots, int32_t hkv, int32_t page_size,
+                               int32_t head_dim, const __grid_constant__ ScatterSources src) {
+  if (slots.last_dst && blockIdx.x == 0 && int32_t(threadIdx.x) < slots.n_last)  // blockDim >= kInlineSlots
+    slots.last_dst[threadIdx.x] = slots.view_last[threadIdx.x];
+  const int64_t per_source = slots.n * hkv * head_dim;
+  const int64_t total = per_source * src.n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int32_t d = int32_t(i % head_dim);
-    const int32_t h = int32_t((i / head_dim) % hkv);
-    const TokenSlot ts = slots[i / (int64_t(head_dim) * hkv)];
-    const S v = static_cast<const S*>(src.data)[ts.src * src.s0 + h * src.s1 + d];
+    const int32_t which = int32_t(i / per_source);
+    const int64_t j = i - which * per_source;
+    const int32_t d = int32_t(j % head_dim);
+    const int32_t h = int32_t((j / head_dim) % hkv);
+    const int64_t k = j / (int64_t(head_dim) * hkv);
+    const TokenSlot ts = slots.list ? slots.list[k] : slots.inline_slots[k];
+    const ScatterSource& in = src.s[which];
+    const S v = static_cast<const S*>(in.data)[ts.src * in.s0 + h * in.s1 + d];
     const int64_t dst = ((int64_t(ts.page) * hkv + h) * page_size + ts.offset) * head_dim + d;
-    static_cast<D*>(src.pool)[dst] = convert<S, D>(v);
+    static_cast<D*>(in.pool)[dst] = convert<S, D>(v);
   }
 }
 
 template <class S, class D>
-cudaError_t launch_scatter(const TokenSlot* slots, int64_t n, int32_t hkv, int32_t page_size,
-                           int32_t head_dim, const ScatterSource& src, cudaStream_t stream) {
-  const int64_t total = n * hkv * head_dim;
-  const int threads = 256;
+cudaError_t launch_scatter(const SlotList& slots, int32_t hkv, int32_t page_size, int32_t head_dim,
+                           const ScatterSources& src, cudaStream_t stream) {
+  const int64_t total = slots.n * hkv * head_dim * src.n;
+  constexpr int threads = 256;
+  static_assert(threads >= kInlineSlots, "block 0 writes view_last, one thread per entry");
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535);
-  scatter_tokens<S, D><<<unsigned(blocks), threads, 0, stream>>>(slots, n, hkv, page_size, head_dim, src);
+  scatter_tokens<S, D><<<unsigned(blocks), threads, 0, stream>>>(slots, hkv, page_size, head_dim, src);
   return cudaGetLastError();
 }
 
 template <class D>
-cudaError_t scatter_to(DLDataType src_dt, const TokenSlot* slots, int64_t n, int32_t hkv, int32_t page_size,
-                       int32_t head_dim, const ScatterSource& src, cudaStream_t stream) {
-  if (same_dtype(src_dt, kF32)) return launch_scatter<float, D>(slots, n, hkv, page_size, head_dim, src, stream);
-  if (same_dtype(src_dt, kF16)) return launch_scatter<__half, D>(slots, n, hkv, page_size, head_dim, src, stream);
-  return launch_scatter<__nv_bfloat16, D>(slots, n, hkv, page_size, head_dim, src, stream);
+cudaError_t scatter_to(DLDataType src_dt, const SlotList& slots, int32_t hkv, int32_t page_size, int32_t head_dim,
+                       const ScatterSources& src, cudaStream_t stream) {
+  if (same_dtype(src_dt, kF32)) return launch_scatter<float, D>(slots, hkv, page_size, head_dim, src, stream);
+  if (same_dtype(src_dt, kF16)) return launch_scatter<__half, D>(slots, hkv, page_size, head_dim, src, stream);
+  return launch_scatter<__nv_bfloat16, D>(slots, hkv, page_size, head_dim, src, stream);
 }
 
-cudaError_t scatter(DLDataType src_dt, DLDataType dst_dt, const TokenSlot* slots, int64_t n, int32_t hkv,
-                    int32_t page_size, int32_t head_dim, const ScatterSource& src, cudaStream_t stream) {
-  if (same_dtype(dst_dt, kF32)) return scatter_to<float>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
-  if (same_dtype(dst_dt, kF16)) return scatter_to<__half>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
-  return scatter_to<__nv_bfloat16>(src_dt, slots, n, hkv, page_size, head_dim, src, stream);
+cudaError_t scatter(DLDataType src_dt, DLDataType dst_dt, const SlotList& slots, int32_t hkv, int32_t page_size,
+                    int32_t head_dim, const ScatterSources& src, cudaStream_t stream) {
+  if (same_dtype(dst_dt, kF32)) return scatter_to<float>(src_dt, slots, hkv, page_size, head_dim, src, stream);
+  if (same_dtype(dst_dt, kF16)) return scatter_to<__half>(src_dt, slots, hkv, page_size, head_dim, src, stream);
+  return scatter_to<__nv_bfloat16>(src_dt, slots, hkv, page_size, head_dim, src, stream);
+}
+
+// ---- the view's indices -----------------------------------------------------------------------
+
+// A small int32 array carried in a kernel's parameters: what a decode step changes in a view
+// (its last_page_len, or the packed description of a page boundary) reaches the device without a
+// copy, a staging buffer or an event.
+constexpr int32_t kInlineInts = 900;  // 3.6 KB of the 4 KB of kernel parameters
+struct InlineInts {
+  int32_t n;
+  int32_t v[kInlineInts];
+};
+
+static_assert(sizeof(InlineInts) + 4 * sizeof(void*) + 2 * sizeof(int32_t) <= 4096,
+              "publish_view_table's parameters must stay within 4 KB");
+
+// Writes small.v[0, small.n) to table[0, small.n), and indices[0, nnz) merged from `previous`
+// by the packed description: `packed` (device) when given, else small.v itself.
+__global__ void publish_view_table(const __grid_constant__ InlineInts small, const int32_t* packed, int32_t* table,
+                                   int32_t batch, int32_t nnz, const int32_t* previous, int32_t* indices) {
+  const int32_t* desc = packed ? packed : small.v;
+  const int32_t total = max(nnz, small.n);
+  for (int32_t i = int32_t(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += int32_t(gridDim.x * blockDim.x)) {
+    if (i < small.n) table[i] = small.v[i];
+    if (i < nnz) indices[i] = merged_page(desc, batch, previous, i);
+  }
 }
 
 // Makes the store's device current for the scope of a call.
@@ -181,9 +248,9 @@ class PagedCudaStore final : public PagedStoreBase {
     void* k = nullptr;
     void* v = nullptr;
     void* k_pre = nullptr;
-    int32_t* indptr = nullptr;  // view arrays on the device
-    int32_t* indices = nullptr;
-    int32_t* last = nullptr;
+    int32_t* packed = nullptr;  // the view's packed description (indptr, last_page_len first)
+    std::array<int32_t*, 2> indices{};  // the current view's indices and the previous one's
+    int current = 0;
     std::array<int64_t, 4> page_shape{};
     std::array<int64_t, 1> indptr_shape{}, indices_shape{}, last_shape{};
     std::vector<void*> sidecars;  // per slot
@@ -201,9 +268,10 @@ class PagedCudaStore final : public PagedStoreBase {
       l.k = device_alloc(pool, "K pages");
       l.v = device_alloc(pool, "V pages");
       if (config().keep_pre_rope_k) l.k_pre = device_alloc(pool, "pre-RoPE K pages");
-      l.indptr = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * (size_t(g.max_batch) + 1), "view indptr"));
-      l.indices = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(config().pages_per_layer), "view indices"));
-      l.last = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(g.max_batch), "view last_page_len"));
+      const size_t packed = ViewDelta::packed_size(g.max_batch, config().pages_per_layer);
+      l.packed = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * packed, "view page table"));
+      for (auto& ix : l.indices)
+        ix = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(config().pages_per_layer), "view indices"));
       l.page_shape = {config().pages_per_layer, g.n_kv_heads, g.page_size, g.head_dim};
     }
     device_slots_ = static_cast<TokenSlot*>(device_alloc(kStageBytes, "token slot list"));
@@ -214,30 +282,56 @@ class PagedCudaStore final : public PagedStoreBase {
     events_made_ = true;
   }
 
-  void write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a) override {
+  bool write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a,
+                    const int32_t* view_last) override {
     const auto& g = geometry();
     DeviceScope scope(g.device.device_id);
     flush_sidecar_clears();
     Layer& l = layers_[size_t(layer)];
     auto source = [&](const DLTensor* t, void* pool) {
-      require(t->device.device_id == g.device.device_id, SIEVE_ERR_INVALID_ARGUMENT,
-              "append: input on " + device_name(t->device) + ", the store is on " + device_name(g.device));
+      if (t->device.device_id != g.device.device_id)
+        fail(SIEVE_ERR_INVALID_ARGUMENT,
+             "append: input on " + device_name(t->device) + ", the store is on " + device_name(g.device));
       return ScatterSource{data_ptr<const void>(*t), stride(*t, 0), stride(*t, 1), pool};
     };
-    const ScatterSource k = source(a.k, l.k), v = source(a.v, l.v);
-    const ScatterSource kp = config().keep_pre_rope_k ? source(a.k_pre_rope, l.k_pre) : ScatterSource{};
-    for (size_t begin = 0; begin < slots.size(); begin += size_t(kSlotsPerChunk)) {
-      const int64_t n = std::min<int64_t>(kSlotsPerChunk, int64_t(slots.size() - begin));
-      upload(device_slots_, slots.data() + begin, size_t(n) * sizeof(TokenSlot));
-      check_cuda(scatter(a.k->dtype, g.kv_dtype, device_slots_, n, g.n_kv_heads, g.page_size, g.head_dim, k, stream_),
-                 "scatter kernel launch (K)");
-      check_cuda(scatter(a.v->dtype, g.kv_dtype, device_slots_, n, g.n_kv_heads, g.page_size, g.head_dim, v, stream_),
-                 "scatter kernel launch (V)");
-      if (config().keep_pre_rope_k)
-        check_cuda(scatter(a.k_pre_rope->dtype, g.kv_dtype, device_slots_, n, g.n_kv_heads, g.page_size,
-                           g.head_dim, kp, stream_),
-                   "scatter kernel launch (pre-RoPE K)");
+    // K, V (and pre-RoPE K) in one launch when they share a dtype (the usual case), else one
+    // launch per dtype.
+    const DLTensor* inputs[3] = {a.k, a.v, config().keep_pre_rope_k ? a.k_pre_rope : nullptr};
+    void* pools[3] = {l.k, l.v, l.k_pre};
+    std::array<ScatterSources, 3> groups{};
+    std::array<DLDataType, 3> group_dtype{};
+    int n_groups = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (!inputs[i]) continue;
+      int gi = 0;
+      while (gi < n_groups && !same_dtype(group_dtype[size_t(gi)], inputs[i]->dtype)) ++gi;
+      if (gi == n_groups) group_dtype[size_t(n_groups++)] = inputs[i]->dtype;
+      ScatterSources& grp = groups[size_t(gi)];
+      grp.s[grp.n++] = source(inputs[i], pools[i]);
     }
+    SlotList list;
+    // A decode step's view change (the view's last_page_len) goes with its one launch.
+    const bool publish = view_last && a.batch <= kInlineSlots && int64_t(slots.size()) <= kInlineSlots;
+    list.last_dst = publish ? l.packed + ViewDelta::last_at(a.batch) : nullptr;
+    list.n_last = publish ? a.batch : 0;
+    if (publish) std::memcpy(list.view_last, view_last, size_t(a.batch) * sizeof(int32_t));
+    for (size_t begin = 0; begin < slots.size(); begin += size_t(kSlotsPerChunk)) {
+      list.n = std::min<int64_t>(kSlotsPerChunk, int64_t(slots.size() - begin));
+      if (list.n <= kInlineSlots) {
+        list.list = nullptr;
+        std::memcpy(list.inline_slots, slots.data() + begin, size_t(list.n) * sizeof(TokenSlot));
+      } else {
+        upload(device_slots_, slots.data() + begin, size_t(list.n) * sizeof(TokenSlot));
+        list.list = device_slots_;
+      }
+      for (int gi = 0; gi < n_groups; ++gi) {
+        check_cuda(scatter(group_dtype[size_t(gi)], g.kv_dtype, list, g.n_kv_heads, g.page_size, g.head_dim,
+                           groups[size_t(gi)], stream_),
+                   "scatter kernel launch");
+        list.last_dst = nullptr;  // written once
+      }
+    }
+    return publish;
   }
 
   void allocate_sidecar(int32_t slot) override {
@@ -289,29 +383,58 @@ class PagedCudaStore final : public PagedStoreBase {
     // The pool stays reserved (see the header comment); the base returns the ids to the free list.
   }
 
-  void publish_view(int32_t layer, const ViewArrays& v, sieve_paged_kv* out) override {
+  void publish_view(int32_t layer, const ViewDelta& d, sieve_paged_kv* out) override {
     const auto& g = geometry();
-    require(v.last_page_len.size() <= size_t(g.max_batch), SIEVE_ERR_CAPACITY,
-            "view: batch " + std::to_string(v.last_page_len.size()) + " exceeds geometry.max_batch " +
-                std::to_string(g.max_batch) + " (the device view arrays are sized at setup)");
+    if (d.batch > g.max_batch)
+      fail(SIEVE_ERR_CAPACITY, "view: batch " + std::to_string(d.batch) + " exceeds geometry.max_batch " +
+                                   std::to_string(g.max_batch) + " (the device view arrays are sized at setup)");
+    if (d.nnz > config().pages_per_layer)  // only a sequence listed twice gets here
+      fail(SIEVE_ERR_CAPACITY, "view: " + std::to_string(d.nnz) + " pages exceed the " +
+                                   std::to_string(config().pages_per_layer) +
+                                   " entries of the device indices (is a sequence listed twice?)");
     DeviceScope scope(g.device.device_id);
     flush_sidecar_clears();
     Layer& l = layers_[size_t(layer)];
-    upload(l.indptr, v.indptr.data(), v.indptr.size() * sizeof(int32_t));
-    upload(l.indices, v.indices.data(), v.indices.size() * sizeof(int32_t));
-    upload(l.last, v.last_page_len.data(), v.last_page_len.size() * sizeof(int32_t));
+    // Stream order keeps the contract: these writes land after every kernel already enqueued
+    // on the previous view, and the indices buffer written is not the current view's. A decode
+    // step's change fits in the kernel's parameters (InlineInts); a larger one (a full rebuild,
+    // a batch beyond ~170 sequences growing at once) goes through the staging ring first.
+    InlineInts small;
+    small.n = 0;
+    if (d.change == ViewChange::kPages) {
+      const size_t n = ViewDelta::packed_size(d.batch, d.n_added);
+      const int32_t* packed = nullptr;
+      if (n <= size_t(kInlineInts)) {
+        small.n = int32_t(n);
+        std::memcpy(small.v, d.packed, n * sizeof(int32_t));
+      } else {
+        upload(l.packed, d.packed, n * sizeof(int32_t));
+        packed = l.packed;
+      }
+      publish_table(small, packed, l.packed, d.batch, d.nnz, l.indices[l.current], l.indices[l.current ^ 1]);
+      l.current ^= 1;
+    } else if (d.change == ViewChange::kLastPageLen) {
+      const size_t at = ViewDelta::last_at(d.batch);
+      if (d.batch <= kInlineInts) {
+        small.n = d.batch;
+        std::memcpy(small.v, d.packed + at, size_t(d.batch) * sizeof(int32_t));
+        publish_table(small, nullptr, l.packed + at, d.batch, 0, nullptr, nullptr);
+      } else {
+        upload(l.packed + at, d.packed + at, size_t(d.batch) * sizeof(int32_t));
+      }
+    }
     const DLDataType dt = g.kv_dtype;
     out->k_pages = make_view(l.k, g.device, dt, 4, l.page_shape.data());
     out->v_pages = make_view(l.v, g.device, dt, 4, l.page_shape.data());
     out->k_pre_rope_pages = make_view(l.k_pre, g.device, dt, 4, l.page_shape.data());
-    l.indptr_shape[0] = int64_t(v.indptr.size());
-    l.indices_shape[0] = int64_t(v.indices.size());
-    l.last_shape[0] = int64_t(v.last_page_len.size());
-    out->indptr = make_view(l.indptr, g.device, kI32, 1, l.indptr_shape.data());
-    out->indices = make_view(l.indices, g.device, kI32, 1, l.indices_shape.data());
-    out->last_page_len = make_view(l.last, g.device, kI32, 1, l.last_shape.data());
-    out->indptr_host = v.indptr.data();
-    out->last_page_len_host = v.last_page_len.data();
+    l.indptr_shape[0] = int64_t(d.batch) + 1;
+    l.indices_shape[0] = int64_t(d.nnz);
+    l.last_shape[0] = int64_t(d.batch);
+    out->indptr = make_view(l.packed, g.device, kI32, 1, l.indptr_shape.data());
+    out->indices = make_view(l.indices[l.current], g.device, kI32, 1, l.indices_shape.data());
+    out->last_page_len = make_view(l.packed + ViewDelta::last_at(d.batch), g.device, kI32, 1, l.last_shape.data());
+    out->indptr_host = d.packed;
+    out->last_page_len_host = d.packed + ViewDelta::last_at(d.batch);
   }
 
   void sidecar_tensor(int32_t layer, int32_t slot, DLTensor* out) override {
@@ -342,6 +465,16 @@ class PagedCudaStore final : public PagedStoreBase {
     void* p = raw_alloc(bytes, what);
     owned_.push_back(p);
     return p;
+  }
+
+  void publish_table(const InlineInts& small, const int32_t* packed, int32_t* table, int32_t batch, int32_t nnz,
+                     const int32_t* previous, int32_t* indices) {
+    const int64_t total = std::max<int64_t>(nnz, small.n);
+    if (total == 0) return;
+    const int threads = 256;
+    const int blocks = int(std::min<int64_t>((total + threads - 1) / threads, 1024));
+    publish_view_table<<<blocks, threads, 0, stream_>>>(small, packed, table, batch, nnz, previous, indices);
+    check_cuda(cudaGetLastError(), "view table kernel launch");
   }
 
   // Host -> device copy through the pinned ring, split into buffer-sized chunks.

@@ -2,6 +2,7 @@
 #include "sieve/kv/paged_store_base.hpp"
 
 #include <algorithm>
+#include <climits>
 
 #include "sieve/util/error.hpp"
 #include "sieve/util/tensor.hpp"
@@ -47,15 +48,16 @@ size_t PagedStoreBase::kv_page_bytes() const {
   return page_elems() * elem_bytes() * (config_.keep_pre_rope_k ? 3 : 2);
 }
 
+// The checks on every step's path build their message only when they fail.
 void PagedStoreBase::check_layer(int32_t layer) const {
-  require(layer >= 0 && layer < config_.geometry.n_layers, SIEVE_ERR_NOT_FOUND,
-          "layer " + std::to_string(layer) + " out of range (store has " +
-              std::to_string(config_.geometry.n_layers) + " layers)");
+  if (layer < 0 || layer >= config_.geometry.n_layers)
+    fail(SIEVE_ERR_NOT_FOUND, "layer " + std::to_string(layer) + " out of range (store has " +
+                                  std::to_string(config_.geometry.n_layers) + " layers)");
 }
 
 PagedStoreBase::Sequence& PagedStoreBase::sequence(int32_t seq) {
-  require(seq >= 0 && seq < int32_t(seqs_.size()) && seqs_[seq].live, SIEVE_ERR_NOT_FOUND,
-          "unknown sequence id " + std::to_string(seq));
+  if (seq < 0 || seq >= int32_t(seqs_.size()) || !seqs_[seq].live)
+    fail(SIEVE_ERR_NOT_FOUND, "unknown sequence id " + std::to_string(seq));
   return seqs_[seq];
 }
 const PagedStoreBase::Sequence& PagedStoreBase::sequence(int32_t seq) const {
@@ -70,6 +72,7 @@ int32_t PagedStoreBase::add_sequence() {
   it->pages.assign(L, {});
   it->last_len.assign(L, 0);
   it->resident.assign(L, 0);
+  it->version.assign(L, ++next_version_);
   return int32_t(it - seqs_.begin());
 }
 
@@ -108,40 +111,41 @@ int32_t PagedStoreBase::take_page(int32_t layer) {
 
 void PagedStoreBase::append(const sieve_kv_append& a) {
   const auto& g = config_.geometry;
-  require(a.hdr.struct_size >= sizeof(sieve_kv_append), SIEVE_ERR_VERSION,
-          "append: argument struct older than v1.0");
+  if (a.hdr.struct_size < sizeof(sieve_kv_append))
+    fail(SIEVE_ERR_VERSION, "append: argument struct older than v1.0");
   check_layer(a.layer);
-  require(a.batch >= 0, SIEVE_ERR_INVALID_ARGUMENT, "append: negative batch");
-  require(a.batch == 0 || (a.seq_ids && a.token_indptr), SIEVE_ERR_INVALID_ARGUMENT,
-          "append: seq_ids / token_indptr is null");
+  if (a.batch < 0) fail(SIEVE_ERR_INVALID_ARGUMENT, "append: negative batch");
+  if (a.batch > 0 && (!a.seq_ids || !a.token_indptr))
+    fail(SIEVE_ERR_INVALID_ARGUMENT, "append: seq_ids / token_indptr is null");
   const int64_t n_tokens = a.batch ? a.token_indptr[a.batch] : 0;
   auto check = [&](const DLTensor* t, const char* what, bool optional) {
     if (optional && !t) return;
     std::string p = check_tensor(t, what, 3, {n_tokens, g.n_kv_heads, g.head_dim});
-    require(p.empty(), SIEVE_ERR_INVALID_ARGUMENT, "append: " + p);
-    require(is_float_storage(t->dtype), SIEVE_ERR_INVALID_ARGUMENT,
-            std::string("append: ") + what + " dtype " + dtype_name(t->dtype) + " is not f32/f16/bf16");
-    require(t->device.device_type == device().device_type, SIEVE_ERR_INVALID_ARGUMENT,
-            std::string("append: ") + what + " is on " + device_name(t->device) +
-                ", the store is on " + device_name(device()));
-    require(stride(*t, 2) == 1, SIEVE_ERR_INVALID_ARGUMENT,
-            std::string("append: ") + what + " must be unit-stride along head_dim");
+    if (!p.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, "append: " + p);
+    if (!is_float_storage(t->dtype))
+      fail(SIEVE_ERR_INVALID_ARGUMENT,
+           std::string("append: ") + what + " dtype " + dtype_name(t->dtype) + " is not f32/f16/bf16");
+    if (t->device.device_type != device().device_type)
+      fail(SIEVE_ERR_INVALID_ARGUMENT, std::string("append: ") + what + " is on " + device_name(t->device) +
+                                           ", the store is on " + device_name(device()));
+    if (stride(*t, 2) != 1)
+      fail(SIEVE_ERR_INVALID_ARGUMENT, std::string("append: ") + what + " must be unit-stride along head_dim");
   };
   if (n_tokens > 0) {
     check(a.k, "k", false);
     check(a.v, "v", false);
     check(a.k_pre_rope, "k_pre_rope", true);
-    require(!config_.keep_pre_rope_k || a.k_pre_rope, SIEVE_ERR_INVALID_ARGUMENT,
-            "append: this store keeps pre-RoPE keys, k_pre_rope is required");
+    if (config_.keep_pre_rope_k && !a.k_pre_rope)
+      fail(SIEVE_ERR_INVALID_ARGUMENT, "append: this store keeps pre-RoPE keys, k_pre_rope is required");
   }
   // Plan every slot first so a capacity failure leaves the store unchanged.
   for (int32_t b = 0; b < a.batch; ++b) {
-    require(a.token_indptr[b] <= a.token_indptr[b + 1] && a.token_indptr[0] == 0,
-            SIEVE_ERR_INVALID_ARGUMENT, "append: token_indptr is not non-decreasing from 0");
+    if (a.token_indptr[b] > a.token_indptr[b + 1] || a.token_indptr[0] != 0)
+      fail(SIEVE_ERR_INVALID_ARGUMENT, "append: token_indptr is not non-decreasing from 0");
     sequence(a.seq_ids[b]);
     for (int32_t c = 0; c < b; ++c)
-      require(a.seq_ids[c] != a.seq_ids[b], SIEVE_ERR_INVALID_ARGUMENT,
-              "append: sequence " + std::to_string(a.seq_ids[b]) + " listed twice");
+      if (a.seq_ids[c] == a.seq_ids[b])
+        fail(SIEVE_ERR_INVALID_ARGUMENT, "append: sequence " + std::to_string(a.seq_ids[b]) + " listed twice");
   }
   int64_t new_pages = 0;
   for (int32_t b = 0; b < a.batch; ++b) {
@@ -151,11 +155,12 @@ void PagedStoreBase::append(const sieve_kv_append& a) {
     if (n > room) new_pages += (n - room + g.page_size - 1) / g.page_size;
   }
   const int64_t free_pages = config_.pages_per_layer - pages_in_use_[a.layer];
-  require(new_pages <= free_pages, SIEVE_ERR_CAPACITY,
-          "layer " + std::to_string(a.layer) + ": page pool full: append needs " +
-              std::to_string(new_pages) + " new pages, " + std::to_string(free_pages) + " free of " +
-              std::to_string(config_.pages_per_layer));
-  std::vector<TokenSlot> slots;
+  if (new_pages > free_pages)
+    fail(SIEVE_ERR_CAPACITY, "layer " + std::to_string(a.layer) + ": page pool full: append needs " +
+                                 std::to_string(new_pages) + " new pages, " + std::to_string(free_pages) +
+                                 " free of " + std::to_string(config_.pages_per_layer));
+  std::vector<TokenSlot>& slots = slots_;
+  slots.clear();
   slots.reserve(size_t(n_tokens));
   for (int32_t b = 0; b < a.batch; ++b) {
     Sequence& s = sequence(a.seq_ids[b]);
@@ -171,30 +176,119 @@ void PagedStoreBase::append(const sieve_kv_append& a) {
       ++s.resident[a.layer];
     }
   }
-  if (!slots.empty()) write_tokens(a.layer, slots, a);
+  if (slots.empty()) return;
+  // A decode step appends to exactly the sequences of the layer's last view, in its order, and
+  // usually fills no new page: then the next view differs only in last_page_len, known now, and a
+  // store may publish it with the tokens (one launch less per layer on a device); the next view
+  // of the layer then finds nothing changed.
+  const int32_t* view_last = nullptr;
+  PublishedView& pv = views_[a.layer];
+  if (new_pages == 0 && pv.valid && int32_t(pv.seq_ids.size()) == a.batch) {
+    bool same = true;
+    for (int32_t b = 0; b < a.batch && same; ++b)
+      same = pv.seq_ids[b] == a.seq_ids[b] && pv.versions[b] == sequence(a.seq_ids[b]).version[a.layer];
+    if (same) {
+      view_last_.resize(size_t(a.batch));
+      for (int32_t b = 0; b < a.batch; ++b) {
+        const Sequence& s = sequence(a.seq_ids[b]);
+        view_last_[b] = s.pages[a.layer].empty() ? 0 : s.last_len[a.layer];
+      }
+      view_last = view_last_.data();
+    }
+  }
+  const bool published = write_tokens(a.layer, slots, a, view_last);
+  if (view_last && published)
+    std::copy(view_last_.begin(), view_last_.end(), pv.packed.begin() + ptrdiff_t(ViewDelta::last_at(a.batch)));
 }
 
+// The view is described against the previous view of the same layer (view_delta.hpp), so a
+// decode step costs O(batch + pages added) on the host, not O(pages):
+//   - same sequences in the same order, none evicted or replaced since (same versions): each
+//     sequence's previous pages are still the first pages of its list, in the same order, since
+//     appends only push pages at the end. Then: no page added and no last_page_len moved ->
+//     kNone; only last_page_len moved -> kLastPageLen; else kPages with keep[b] = the previous
+//     page count and the pages after it added;
+//   - anything else (first view, another batch, an eviction, a sequence removed and its id
+//     reused, a failed publish) -> kPages as a full rebuild (keep[b] = 0, every page added).
+// The view's contract (kv_store.h: valid until the next append/evict/remove) holds as before:
+// what a view points at is rewritten only after an append, evict or remove changed that layer
+// (by that append, see above, or by the next view of the layer), or by a view of the layer for
+// another batch, the same as when every view was rebuilt; on a device, every rewrite is
+// stream-ordered after the work already enqueued.
 void PagedStoreBase::view(int32_t layer, const int32_t* seq_ids, int32_t batch, sieve_paged_kv* out) {
   check_layer(layer);
-  require(out != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "view: out is null");
-  require(batch >= 0 && (batch == 0 || seq_ids), SIEVE_ERR_INVALID_ARGUMENT,
-          "view: seq_ids is null or batch negative");
-  ViewArrays& v = views_[layer];
-  v.indptr.assign(1, 0);
-  v.indices.clear();
-  v.last_page_len.clear();
-  for (int32_t b = 0; b < batch; ++b) {
+  if (!out) fail(SIEVE_ERR_INVALID_ARGUMENT, "view: out is null");
+  if (batch < 0 || (batch > 0 && !seq_ids))
+    fail(SIEVE_ERR_INVALID_ARGUMENT, "view: seq_ids is null or batch negative");
+  PublishedView& pv = views_[layer];
+  const int32_t B = batch;
+  bool same = pv.valid && int32_t(pv.seq_ids.size()) == B;
+  bool grew = false, moved = false;
+  int64_t nnz = 0, n_added = 0;
+  for (int32_t b = 0; b < B; ++b) {  // every id checked before anything changes
     const Sequence& s = sequence(seq_ids[b]);
-    const auto& pages = s.pages[layer];
-    v.indices.insert(v.indices.end(), pages.begin(), pages.end());
-    v.indptr.push_back(int32_t(v.indices.size()));
-    v.last_page_len.push_back(pages.empty() ? 0 : s.last_len[layer]);
+    const int32_t n = int32_t(s.pages[layer].size());
+    nnz += n;
+    if (same && (pv.seq_ids[b] != seq_ids[b] || pv.versions[b] != s.version[layer])) same = false;
+    if (!same) continue;
+    const int32_t had = pv.packed[b + 1] - pv.packed[b];
+    const int32_t last = n ? s.last_len[layer] : 0;
+    if (n < had) same = false;  // cannot happen without an eviction; rebuild rather than trust it
+    grew |= n > had;
+    n_added += n - had;
+    moved |= last != pv.packed[ViewDelta::last_at(B) + b];
   }
+  if (nnz > INT32_MAX) fail(SIEVE_ERR_CAPACITY, "view: more than 2^31 - 1 pages");
+  ViewDelta d;
+  d.batch = B;
+  d.nnz = int32_t(nnz);
+  pv.valid = false;  // until the publish below succeeds
+  if (!same) {
+    pv.seq_ids.assign(seq_ids, seq_ids + B);
+    pv.versions.resize(size_t(B));
+    for (int32_t b = 0; b < B; ++b) pv.versions[b] = sequence(seq_ids[b]).version[layer];
+    n_added = nnz;
+  }
+  if (!same || grew) {
+    d.change = ViewChange::kPages;
+    std::vector<int32_t>& p = pv.next;
+    p.resize(ViewDelta::packed_size(B, int32_t(n_added)));
+    int32_t* indptr = p.data();
+    int32_t* last = indptr + B + 1;
+    int32_t* keep_from = last + B;
+    int32_t* keep = keep_from + B;
+    int32_t* added_indptr = keep + B;
+    int32_t* added = added_indptr + B + 1;
+    indptr[0] = 0;
+    added_indptr[0] = 0;
+    for (int32_t b = 0; b < B; ++b) {
+      const Sequence& s = sequence(seq_ids[b]);
+      const auto& pages = s.pages[layer];
+      const int32_t n = int32_t(pages.size());
+      keep_from[b] = same ? pv.packed[b] : 0;
+      keep[b] = same ? pv.packed[b + 1] - pv.packed[b] : 0;
+      indptr[b + 1] = indptr[b] + n;
+      last[b] = n ? s.last_len[layer] : 0;
+      std::copy(pages.begin() + keep[b], pages.end(), added + added_indptr[b]);
+      added_indptr[b + 1] = added_indptr[b] + (n - keep[b]);
+    }
+    std::swap(pv.packed, pv.next);
+    d.n_added = int32_t(n_added);
+  } else if (moved) {
+    d.change = ViewChange::kLastPageLen;
+    int32_t* last = pv.packed.data() + ViewDelta::last_at(B);
+    for (int32_t b = 0; b < B; ++b) {
+      const Sequence& s = sequence(seq_ids[b]);
+      last[b] = s.pages[layer].empty() ? 0 : s.last_len[layer];
+    }
+  }
+  d.packed = pv.packed.data();
   *out = sieve_paged_kv{};
   out->hdr = {uint32_t(sizeof(sieve_paged_kv)), SIEVE_ABI_MINOR};
   out->batch = batch;
   out->page_size = config_.geometry.page_size;
-  publish_view(layer, v, out);
+  publish_view(layer, d, out);
+  pv.valid = true;
 }
 
 int32_t PagedStoreBase::register_sidecar(const sieve_sidecar_desc& d) {
@@ -252,6 +346,7 @@ uint64_t PagedStoreBase::evict(int32_t layer, int32_t seq, const int32_t* logica
   for (int32_t p : freed) free_pages_[layer].push_back(p);
   pages_in_use_[layer] -= int64_t(freed.size());
   pages = std::move(kept);
+  if (!freed.empty()) s.version[layer] = ++next_version_;  // views of this layer rebuild
   s.resident[layer] -= int32_t(freed.size()) * config_.geometry.page_size;  // never the last page
   size_t side = 0;
   for (const auto& sc : sidecars_) side += sc.bytes_per_page;

@@ -67,6 +67,8 @@ class PagedCpuStore final : public PagedStoreBase {
     std::array<int64_t, 1> indptr_shape{}, indices_shape{}, last_shape{};
     std::vector<std::vector<unsigned char>> sidecars;  // per slot
     std::vector<std::array<int64_t, 3>> sidecar_shapes;
+    std::array<std::vector<int32_t>, 2> indices;  // the current view's and the previous one's
+    int current = 0;
   };
 
   void allocate_pools() override {
@@ -81,7 +83,10 @@ class PagedCpuStore final : public PagedStoreBase {
     }
   }
 
-  void write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a) override {
+  // The view's last_page_len is the base's host array itself: publishing `view_last` is the
+  // base's copy into it.
+  bool write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a,
+                    const int32_t* view_last) override {
     const auto& g = geometry();
     Layer& l = layers_[size_t(layer)];
     const DLDataType st = g.kv_dtype;
@@ -105,6 +110,7 @@ class PagedCpuStore final : public PagedStoreBase {
     copy(a.k, l.k);
     copy(a.v, l.v);
     if (config().keep_pre_rope_k) copy(a.k_pre_rope, l.k_pre);
+    return view_last != nullptr;
   }
 
   void allocate_sidecar(int32_t slot) override {
@@ -131,24 +137,35 @@ class PagedCpuStore final : public PagedStoreBase {
     }
   }
 
-  void publish_view(int32_t layer, const ViewArrays& v, sieve_paged_kv* out) override {
+  // The indices are merged from the previous view's (view_delta.hpp) into the other of two
+  // buffers, as the CUDA store does on the device; indptr and last_page_len borrow the base's
+  // packed array.
+  void publish_view(int32_t layer, const ViewDelta& d, sieve_paged_kv* out) override {
     Layer& l = layers_[size_t(layer)];
+    if (d.change == ViewChange::kPages) {
+      std::vector<int32_t>& next = l.indices[l.current ^ 1];
+      next.resize(size_t(d.nnz));
+      apply_view_delta(d.packed, d.batch, l.indices[l.current].data(), next.data());
+      l.current ^= 1;
+    }
     const DLDataType dt = geometry().kv_dtype;
     out->k_pages = make_view(l.k.data(), kCpu, dt, 4, l.page_shape.data());
     out->v_pages = make_view(l.v.data(), kCpu, dt, 4, l.page_shape.data());
     out->k_pre_rope_pages = make_view(config().keep_pre_rope_k ? l.k_pre.data() : nullptr, kCpu, dt, 4,
                                       l.page_shape.data());
-    l.indptr_shape[0] = int64_t(v.indptr.size());
-    l.indices_shape[0] = int64_t(v.indices.size());
-    l.last_shape[0] = int64_t(v.last_page_len.size());
-    // Index tensors borrow the bookkeeping's arrays; an empty list still needs a valid pointer.
+    l.indptr_shape[0] = int64_t(d.batch) + 1;
+    l.indices_shape[0] = int64_t(d.nnz);
+    l.last_shape[0] = int64_t(d.batch);
+    // An empty list still needs a valid pointer.
     static int32_t empty = 0;
-    auto ptr = [](const std::vector<int32_t>& a) { return a.empty() ? &empty : const_cast<int32_t*>(a.data()); };
-    out->indptr = make_view(ptr(v.indptr), kCpu, kI32, 1, l.indptr_shape.data());
-    out->indices = make_view(ptr(v.indices), kCpu, kI32, 1, l.indices_shape.data());
-    out->last_page_len = make_view(ptr(v.last_page_len), kCpu, kI32, 1, l.last_shape.data());
-    out->indptr_host = v.indptr.data();
-    out->last_page_len_host = v.last_page_len.data();
+    int32_t* packed = const_cast<int32_t*>(d.packed);
+    std::vector<int32_t>& indices = l.indices[l.current];
+    out->indptr = make_view(packed, kCpu, kI32, 1, l.indptr_shape.data());
+    out->indices = make_view(indices.empty() ? &empty : indices.data(), kCpu, kI32, 1, l.indices_shape.data());
+    out->last_page_len = make_view(d.batch ? packed + ViewDelta::last_at(d.batch) : &empty, kCpu, kI32, 1,
+                                   l.last_shape.data());
+    out->indptr_host = packed;
+    out->last_page_len_host = packed + ViewDelta::last_at(d.batch);
   }
 
   void sidecar_tensor(int32_t layer, int32_t slot, DLTensor* out) override {

@@ -68,7 +68,8 @@ LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry,
       kv_(kv),
       kv_api_(kv_api),
       chains_(std::move(chains)),
-      options_(options) {
+      options_(options),
+      timers_(services.table()) {
   for (auto& per_layer : chains_.chains) {
     require(per_layer.empty() || int32_t(per_layer.size()) == geometry_.n_layers,
             SIEVE_ERR_INVALID_ARGUMENT,
@@ -235,6 +236,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
       return failed(SIEVE_ERR_INVALID_ARGUMENT, "run_layer: missing q, out, seq_ids or qo_indptr");
     const int32_t L = in.layer;
     const int32_t n_new = in.qo_indptr_host[in.batch];
+    auto mark = timers_.start();
 
     // 1. The new tokens enter the store.
     sieve_kv_append app = append_of(in);
@@ -244,12 +246,14 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
         return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) +
                               ", append: " + status_text(st) + ": " + kv_api_->last_error(kv_));
     }
+    timers_.lap("host_us.append", L, mark);
     sieve_paged_kv view{};
     sieve_status st = kv_api_->view(kv_, L, in.seq_ids, in.batch, &view);
     if (st != SIEVE_OK)
       return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) +
                             ", view: " + status_text(st) + ": " + kv_api_->last_error(kv_));
     sieve_layer_call call = layer_call(in, &view);
+    timers_.lap("host_us.view", L, mark);
 
     const auto& chain = chains_.chain(L, in.phase);
     for (size_t ci : chain) {
@@ -261,6 +265,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
         if (st != SIEVE_OK) return plugin_failed(i, L, "on_append", st, error);
       }
     }
+    timers_.lap("host_us.on_append", L, mark);
 
     // 2. Selection: the chain starts dense; each select may rewrite it within its capacity.
     int32_t max_pages = 0;
@@ -323,6 +328,8 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
       }
     }
 
+    timers_.lap("host_us.select", L, mark);
+
     // 3. Attention: the chain's override, or the core kernel on the selection.
     int32_t override_by = -1;
     for (size_t ci : chain)
@@ -374,6 +381,8 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
       }
     }
 
+    timers_.lap("host_us.attend", L, mark);
+
     // 4. Corrections, in chain order.
     for (size_t ci : chain) {
       const int32_t i = int32_t(ci);
@@ -411,6 +420,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
           return failed(SIEVE_ERR_DEVICE, err);
       }
     }
+    timers_.lap("host_us.correct", L, mark);
     return SIEVE_OK;
   } catch (const Error& e) {
     return failed(e.status, e.what());
@@ -460,7 +470,9 @@ sieve_status LayerRunner::append_only(const LayerInputs& in, std::string* error)
 
 sieve_status LayerRunner::end_step(uint32_t phase, uint64_t step, const int32_t* seq_ids, int32_t batch,
                                    std::string* error) {
-  std::vector<int32_t> lens(size_t(batch), 0);
+  auto mark = timers_.start();
+  std::vector<int32_t>& lens = step_lens_;
+  lens.assign(size_t(batch), 0);
   for (int32_t b = 0; b < batch; ++b) {
     // The logical length of a sequence is its resident length in layer 0 plus nothing evicted
     // there; policies that evict track their own positions.
@@ -497,6 +509,7 @@ sieve_status LayerRunner::end_step(uint32_t phase, uint64_t step, const int32_t*
     }
     layers.clear();
   }
+  timers_.lap("host_us.end_step", -1, mark);
   return SIEVE_OK;
 }
 

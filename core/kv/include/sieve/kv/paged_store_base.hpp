@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sieve/host_services.h"
+#include "sieve/kv/view_delta.hpp"
 #include "sieve/kv_store.h"
 
 namespace sieve::kv {
@@ -23,11 +24,6 @@ struct Sidecar {
   DLDataType dtype;
   int32_t elems_per_head;
   size_t bytes_per_page;  // n_kv_heads * elems_per_head * dtype bytes
-};
-
-// Host arrays of one layer's view; a store publishes them as DLTensors on its device.
-struct ViewArrays {
-  std::vector<int32_t> indptr, indices, last_page_len;
 };
 
 class PagedStoreBase {
@@ -61,12 +57,19 @@ class PagedStoreBase {
  protected:
   // Storage hooks of a concrete store.
   virtual void allocate_pools() = 0;  // called once from the concrete constructor
-  virtual void write_tokens(int32_t layer, const std::vector<TokenSlot>& slots,
-                            const sieve_kv_append& a) = 0;
+  // `view_last` (null, or [a.batch]): the layer's last view lists exactly the append's sequences
+  // in its order and no page is added, so this is that view's last_page_len after the append. A
+  // store that publishes it into the view's table along with the tokens returns true (the next
+  // view of the layer is then unchanged); false leaves it to the next view.
+  virtual bool write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a,
+                            const int32_t* view_last) = 0;
   virtual void allocate_sidecar(int32_t slot) = 0;  // storage for every layer of sidecar `slot`
   virtual void clear_sidecar_page(int32_t layer, int32_t slot, int32_t page) = 0;
   virtual void release_pages(int32_t layer, const std::vector<int32_t>& pages) = 0;
-  virtual void publish_view(int32_t layer, const ViewArrays& arrays, sieve_paged_kv* out) = 0;
+  // Brings the layer's page table to `delta` (see view_delta.hpp) and fills out's tensors and
+  // host mirrors (the mirrors may point into delta.packed, which lives until the next view of
+  // the layer). A throw makes the next view of the layer a full rebuild.
+  virtual void publish_view(int32_t layer, const ViewDelta& delta, sieve_paged_kv* out) = 0;
   virtual void sidecar_tensor(int32_t layer, int32_t slot, DLTensor* out) = 0;
   virtual DLDevice device() const = 0;
 
@@ -80,6 +83,17 @@ class PagedStoreBase {
     std::vector<std::vector<int32_t>> pages;  // per layer: physical page ids in token order
     std::vector<int32_t> last_len;            // per layer: tokens in the last page
     std::vector<int32_t> resident;            // per layer: resident tokens
+    // Per layer: changes whenever pages leave the list (evict), and differs between two
+    // sequences that held the same id (add_sequence); appends leave it alone.
+    std::vector<uint64_t> version;
+  };
+  // What the last view of a layer published, to describe the next one against it.
+  struct PublishedView {
+    bool valid = false;             // false: the next view is a full rebuild
+    std::vector<int32_t> seq_ids;   // batch order
+    std::vector<uint64_t> versions; // Sequence::version of each, at that view
+    std::vector<int32_t> packed;    // ViewDelta's array of that view (indptr, last_page_len, ...)
+    std::vector<int32_t> next;      // scratch for the next packed array (swapped in)
   };
   int32_t take_page(int32_t layer);
   void check_layer(int32_t layer) const;
@@ -90,7 +104,10 @@ class PagedStoreBase {
   std::vector<std::vector<int32_t>> free_pages_;  // per layer: freed pages, used as a stack
   std::vector<int32_t> never_used_;               // per layer: pages [never_used_, pages_per_layer) not yet used
   std::vector<int64_t> pages_in_use_;             // per layer
-  std::vector<ViewArrays> views_;                 // per layer, the arrays behind the last view
+  std::vector<PublishedView> views_;              // per layer
+  std::vector<TokenSlot> slots_;                  // append's scratch, grow-only
+  std::vector<int32_t> view_last_;                // append's scratch, grow-only
+  uint64_t next_version_ = 0;
   std::string last_error_;
 };
 

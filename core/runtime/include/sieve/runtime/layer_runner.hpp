@@ -24,6 +24,7 @@
 #include "sieve/policy.h"
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/host_services.hpp"
+#include "sieve/runtime/host_timers.hpp"
 
 namespace sieve::runtime {
 
@@ -129,8 +130,10 @@ class LayerRunner {
   std::vector<std::vector<int32_t>> served_;  // per instance: layers since the last end_step
   std::vector<SelectionSnapshot> snapshots_;
   std::vector<int32_t> kv_len_;
+  std::vector<int32_t> step_lens_;  // end_step's lengths, grow-only
   std::vector<unsigned char> host_scratch_;
   std::vector<int32_t> poison_;  // check mode: the fill copied into the selection's indices
+  HostTimers timers_;
   uint64_t buffer_allocations_ = 0;
 };
 
