@@ -3,6 +3,8 @@
 #include <fstream>
 
 #include "sieve/util/error.hpp"
+#include "sieve/util/escape.hpp"
+#include "sieve/util/regular_file.hpp"
 
 namespace sieve::cli {
 
@@ -17,8 +19,10 @@ const std::vector<std::string>& default_prompts() {
 }
 
 std::vector<std::string> read_prompts(const std::string& path) {
+  if (std::string why = regular_file_problem(path, 16 << 20); !why.empty())
+    fail(SIEVE_ERR_NOT_FOUND, "prompts file '" + escape_for_message(path) + "' " + why);
   std::ifstream f(path);
-  if (!f) fail(SIEVE_ERR_NOT_FOUND, "prompts file '" + path + "': cannot open");
+  if (!f) fail(SIEVE_ERR_NOT_FOUND, "prompts file '" + escape_for_message(path) + "': cannot open");
   std::vector<std::string> out;
   for (std::string line; std::getline(f, line);)
     if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);

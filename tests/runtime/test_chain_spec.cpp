@@ -187,7 +187,7 @@ TEST(ChainFile, ErrorsNameLineAndColumn) {
   EXPECT_FALSE(parse_chain_file("quest@q(a=1)\ndecode:*=quest@q(a=2)\n", "c.txt", &s, &err));
   EXPECT_EQ(err, "c.txt:2, col 10: parameters of quest@q are given twice (also at c.txt:1, col 1)");
   EXPECT_FALSE(load_chain_file("/nonexistent/chains.txt", &s, &err));
-  EXPECT_EQ(err, "/nonexistent/chains.txt: cannot open the chain file (No such file or directory)");
+  EXPECT_EQ(err, "/nonexistent/chains.txt: the chain file cannot be opened (No such file or directory)");
 }
 
 TEST(ChainFile, RefusesWhatIsNotASmallRegularFile) {
@@ -209,7 +209,7 @@ TEST(ChainFile, RefusesWhatIsNotASmallRegularFile) {
     for (int i = 0; i < 80000; ++i) f << "decode:*=quest\n";  // 1.2 MB of valid rules
   }
   EXPECT_FALSE(load_chain_file(big, &s, &err));
-  EXPECT_EQ(err, big + ": the chain file is larger than 1 MiB");
+  EXPECT_EQ(err, big + ": the chain file is larger than 1048576 bytes");
   const std::string empty = dir.str() + "/empty.txt";
   std::ofstream(empty).close();
   EXPECT_FALSE(load_chain_file(empty, &s, &err));

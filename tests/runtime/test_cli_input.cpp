@@ -103,10 +103,12 @@ TEST_F(CliInput, ControlCharactersAreEscaped) {
   expect_refused("\"nosuch$(printf '\\033')\"", 2, HasSubstr("unknown command 'nosuch\\x1B'"));
 }
 
-TEST_F(CliInput, ChainFileThatIsNoFileIsRefusedNotRead) {
+TEST_F(CliInput, FilesThatAreNoFilesAreRefusedNotRead) {
   // /dev/zero would be read forever; a directory read as an empty file.
   expect_refused("attn --chain-file /dev/zero", 1, HasSubstr("/dev/zero: the chain file is not a regular file"));
   expect_refused("attn --chain-file /", 1, HasSubstr("/: the chain file is not a regular file"));
+  expect_refused("eval --chain dense --prompts /dev/zero", 1,
+                 HasSubstr("prompts file '/dev/zero' is not a regular file"));
 }
 
 TEST_F(CliInput, MultiLineResolutionErrorsAreOneLine) {

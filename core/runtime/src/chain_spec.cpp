@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "sieve/util/escape.hpp"
+#include "sieve/util/regular_file.hpp"
 
 namespace sieve::runtime {
 
@@ -399,22 +399,9 @@ bool parse_chain_file(const std::string& text, const std::string& source, ChainS
 }
 
 bool load_chain_file(const std::string& path, ChainSpec* out, std::string* error) {
-  // A chain file is a few lines: a FIFO would block the read, /dev/zero would never end it, and a
-  // directory reads as empty. Refuse them by what the path is, before reading.
-  constexpr std::uintmax_t kMaxBytes = 1 << 20;
   const std::string shown = escape_for_message(path);
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
-    *error = shown + ": cannot open the chain file" + (ec ? " (" + ec.message() + ")" : "");
-    return false;
-  }
-  if (!std::filesystem::is_regular_file(status)) {
-    *error = shown + ": the chain file is not a regular file";
-    return false;
-  }
-  if (std::filesystem::file_size(path, ec) > kMaxBytes) {
-    *error = shown + ": the chain file is larger than 1 MiB";
+  if (std::string why = regular_file_problem(path, 1 << 20); !why.empty()) {
+    *error = shown + ": the chain file " + why;
     return false;
   }
   std::ifstream in(path, std::ios::binary);
