@@ -4,8 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include "../sieve/commands.hpp"
+#include "../sieve/error_line.hpp"
 
 int main(int argc, char** argv) {
   spdlog::set_pattern("%^%l%$: %v");
-  return sieve::cli::cmd_conform(argc, argv);
+  return sieve::cli::run_guarded("sieve-conform", sieve::cli::cmd_conform, argc, argv);
 }

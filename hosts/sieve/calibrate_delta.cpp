@@ -29,6 +29,7 @@
 
 #include "calibrate.hpp"
 #include "model_args.hpp"
+#include "error_line.hpp"
 #include "parse_options.hpp"
 #include "probe_copy.hpp"
 #include "prompts.hpp"
@@ -182,8 +183,7 @@ int calibrate_delta(int argc, char** argv) {
   std::string error;
   model::EngineOptions eo;
   if (!engine_options(ma, &eo, &error)) {
-    std::fprintf(stderr, "sieve calibrate delta: %s\n", error.c_str());
-    return 2;
+    return report_error("sieve calibrate delta", error, 2);
   }
   if (steps < 2) {
     std::fprintf(stderr, "sieve calibrate delta: --steps must be >= 2 (shifts are between steps), got %d\n", steps);
@@ -301,8 +301,7 @@ int calibrate_delta(int argc, char** argv) {
                 "Suggested (dense prefix, the first layer after it, then the largest shifts):\n%s\n",
                 chain.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve calibrate delta: %s\n", e.what());
-    return 1;
+    return report_error("sieve calibrate delta", e.what(), 1);
   }
   return 0;
 }

@@ -26,6 +26,7 @@
 #include "calibrate.hpp"
 #include "core/dpxa_core.hpp"
 #include "model_args.hpp"
+#include "error_line.hpp"
 #include "parse_options.hpp"
 #include "probe_copy.hpp"
 #include "prompts.hpp"
@@ -159,8 +160,7 @@ int calibrate_dpxa(int argc, char** argv) {
   po::variables_map vm;
   if (const auto done = parse_options("sieve calibrate dpxa", opts, argc, argv, &vm)) return *done;
   auto usage_error = [](const std::string& m) {
-    std::fprintf(stderr, "sieve calibrate dpxa: %s\n", m.c_str());
-    return 2;
+    return report_error("sieve calibrate dpxa", m, 2);
   };
   if (!(target > 0 && target <= 1)) return usage_error("--target must be in (0, 1], got " + std::to_string(target));
   Study s;
@@ -269,8 +269,7 @@ int calibrate_dpxa(int argc, char** argv) {
       std::printf("%-6d %-5d %9.4f %9.4f %9.4f %6zu\n", r.layer, r.head, double(r.tau), r.recall, r.density, r.rows);
     if (!out_file.empty()) std::printf("\nwrote %s: use dpxa(thresholds=%s, ...)\n", out_file.c_str(), out_file.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve calibrate dpxa: %s\n", e.what());
-    return 1;
+    return report_error("sieve calibrate dpxa", e.what(), 1);
   }
   return 0;
 }

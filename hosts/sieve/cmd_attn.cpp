@@ -7,15 +7,18 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "attn_workload.hpp"
 #include "commands.hpp"
+#include "device_args.hpp"
+#include "error_line.hpp"
 #include "parse_options.hpp"
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/registry.hpp"
 #include "sieve/runtime/synthetic.hpp"
+#include "sieve/util/escape.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace po = boost::program_options;
@@ -23,47 +26,6 @@ namespace po = boost::program_options;
 namespace sieve::cli {
 
 namespace {
-
-bool parse_dtype(const std::string& s, DLDataType* out) {
-  if (s == "f32") *out = kF32;
-  else if (s == "f16") *out = kF16;
-  else if (s == "bf16") *out = kBF16;
-  else return false;
-  return true;
-}
-
-bool parse_device(const std::string& s, DLDevice* out) {
-  if (s == "cpu") { *out = kCpu; return true; }
-  if (s == "cuda") { *out = DLDevice{kDLCUDA, 0}; return true; }
-  if (s.rfind("cuda:", 0) == 0) {
-    try {
-      *out = DLDevice{kDLCUDA, std::stoi(s.substr(5))};
-      return true;
-    } catch (...) {
-      return false;
-    }
-  }
-  return false;
-}
-
-// "4096" or "4096,1000,17": one context length per sequence.
-bool parse_contexts(const std::string& s, int32_t batch, std::vector<int32_t>* out) {
-  out->clear();
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      long v = std::stol(item, &used);
-      if (used != item.size() || v < 1 || v > (1L << 24)) return false;
-      out->push_back(int32_t(v));
-    } catch (...) {
-      return false;
-    }
-  }
-  if (out->size() == 1 && batch > 1) out->assign(size_t(batch), out->front());
-  return !out->empty() && (batch <= 1 || int32_t(out->size()) == batch);
-}
 
 nlohmann::json to_json(const std::string& chain, const runtime::SyntheticReport& r) {
   nlohmann::json j = {{"chain", chain},
@@ -84,6 +46,7 @@ nlohmann::json to_json(const std::string& chain, const runtime::SyntheticReport&
 }  // namespace
 
 int cmd_attn(int argc, char** argv) {
+  constexpr const char* kCmd = "sieve attn";
   po::options_description opts("sieve attn: run a synthetic attention workload through a chain");
   std::string chain_text, chain_file, phase = "decode", dtype = "f32", device = "cpu", contexts, keys = "random";
   std::vector<std::string> plugin_dirs;
@@ -109,34 +72,31 @@ int cmd_attn(int argc, char** argv) {
       ("plugin-dir", po::value(&plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", "print JSON instead of a table");
   po::variables_map vm;
-  if (const auto done = parse_options("sieve attn", opts, argc, argv, &vm)) return *done;
+  if (const auto done = parse_options(kCmd, opts, argc, argv, &vm)) return *done;
   const bool json = vm.count("json") > 0;
   const bool builtin = chain_text.empty() && chain_file.empty();
 
   runtime::SyntheticSpec spec;
   if (phase == "decode") spec.phase = SIEVE_PHASE_DECODE;
   else if (phase == "prefill") spec.phase = SIEVE_PHASE_PREFILL;
-  else {
-    std::fprintf(stderr, "sieve attn: --phase must be decode or prefill, got '%s'\n", phase.c_str());
-    return 2;
+  else return report_error(kCmd, "--phase must be decode or prefill, got '" + escape_for_message(phase) + "'", 2);
+  const std::optional<DLDataType> kv_dtype = parse_dtype_arg(dtype);
+  if (!kv_dtype) return report_error(kCmd, bad_dtype_message("--dtype", dtype), 2);
+  spec.kv_dtype = *kv_dtype;
+  const std::optional<DLDevice> dev = parse_device_arg(device);
+  if (!dev) return report_error(kCmd, bad_device_message(device), 2);
+  spec.device = *dev;
+  if (keys != "random" && keys != "similar")
+    return report_error(kCmd, "--keys must be random or similar, got '" + escape_for_message(keys) + "'", 2);
+  spec.similar_keys = keys == "similar";
+  if (builtin) {
+    // The README's main job: a mid-size decode workload, dense against StreamingLLM windows.
+    if (vm["context"].defaulted()) contexts = "2048";
+    if (vm["q-heads"].defaulted()) hq = 8;
+    if (vm["kv-heads"].defaulted()) hkv = 2;
+    if (vm["head-dim"].defaulted()) d = 64;
   }
-  if (!parse_dtype(dtype, &spec.kv_dtype)) {
-    std::fprintf(stderr, "sieve attn: --dtype must be f32, f16 or bf16, got '%s'\n", dtype.c_str());
-    return 2;
-  }
-  if (!parse_device(device, &spec.device)) {
-    std::fprintf(stderr, "sieve attn: --device must be cpu or cuda[:N], got '%s'\n", device.c_str());
-    return 2;
-  }
-  if (batch < 1 || !parse_contexts(contexts, batch, &spec.context)) {
-    std::fprintf(stderr, "sieve attn: --context must be N or one N per sequence (--batch %d), got '%s'\n", batch,
-                 contexts.c_str());
-    return 2;
-  }
-  if (hq < 1 || hkv < 1 || d < 1 || hq % hkv != 0) {
-    std::fprintf(stderr, "sieve attn: need q-heads %% kv-heads == 0 and positive sizes (got %d/%d, d %d)\n", hq, hkv, d);
-    return 2;
-  }
+  if (std::string p = parse_contexts(contexts, batch, &spec.context); !p.empty()) return report_error(kCmd, p, 2);
   spec.n_q_heads = hq;
   spec.n_kv_heads = hkv;
   spec.head_dim = d;
@@ -144,28 +104,17 @@ int cmd_attn(int argc, char** argv) {
   spec.new_tokens = new_tokens;
   spec.seed = seed;
   spec.timing_reps = reps;
-  if (keys != "random" && keys != "similar") {
-    std::fprintf(stderr, "sieve attn: --keys must be random or similar, got '%s'\n", keys.c_str());
-    return 2;
-  }
-  spec.similar_keys = keys == "similar";
+  if (std::string p = attn_workload_problem(spec); !p.empty()) return report_error(kCmd, p, 2);
 
   runtime::DiscoveryOptions dopt;
   dopt.plugin_dirs = plugin_dirs;
   runtime::Registry registry = runtime::Registry::discover(dopt);
-  for (const auto& m : registry.missing_dirs()) {
-    std::fprintf(stderr, "sieve attn: plugin directory '%s' does not exist\n", m.c_str());
-    return 1;
-  }
+  for (const auto& m : registry.missing_dirs())
+    return report_error(kCmd, "plugin directory '" + m + "' does not exist", 1);
 
   // The chains to run: the user's, or the built-in comparison.
   std::vector<std::string> chains;
   if (builtin) {
-    // The README's main job: a mid-size decode workload, dense against StreamingLLM windows.
-    if (vm["context"].defaulted()) spec.context = {2048}, contexts = "2048";
-    if (vm["q-heads"].defaulted()) spec.n_q_heads = 8;
-    if (vm["kv-heads"].defaulted()) spec.n_kv_heads = 2;
-    if (vm["head-dim"].defaulted()) spec.head_dim = 64;
     chains = {"dense", "streaming(sink=4,window=1024)", "streaming(sink=4,window=256)",
               "streaming(sink=0,window=256)"};
   } else {
@@ -180,10 +129,7 @@ int cmd_attn(int argc, char** argv) {
     const bool bare = text.find('=') == std::string::npos || text.find('=') > text.find('(');
     bool ok = chain_file.empty() ? runtime::parse_chain_spec(bare ? "*=" + text : text, &cs, &error)
                                  : runtime::load_chain_file(chain_file, &cs, &error);
-    if (!ok) {
-      std::fprintf(stderr, "sieve attn: %s\n", error.c_str());
-      return 1;
-    }
+    if (!ok) return report_error(kCmd, error, 1);
     specs.push_back(std::move(cs));
   }
 
@@ -204,10 +150,7 @@ int cmd_attn(int argc, char** argv) {
     const std::string& text = chains[c];
     std::string error;
     runtime::SyntheticReport r;
-    if (!runtime::run_synthetic(spec, specs[c], registry, &r, &error)) {
-      std::fprintf(stderr, "sieve attn: %s\n", error.c_str());
-      return 1;
-    }
+    if (!runtime::run_synthetic(spec, specs[c], registry, &r, &error)) return report_error(kCmd, error, 1);
     std::string label = chain_file.empty() ? text : chain_file;
     if (json) {
       all.push_back(to_json(label, r));

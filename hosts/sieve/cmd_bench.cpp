@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "error_line.hpp"
+#include "sieve/util/escape.hpp"
 #ifdef SIEVE_HAVE_BENCH
 #include "sieve/bench/policy.hpp"
 #include "sieve/bench/suite.hpp"
@@ -51,16 +53,14 @@ int cmd_bench(int argc, char** argv) {
     const po::parsed_options parsed = po::command_line_parser(argc, argv).options(desc).allow_unregistered().run();
     for (const std::string& a : po::collect_unrecognized(parsed.options, po::include_positional)) {
       if (a.rfind("--benchmark_", 0) != 0) {
-        std::fprintf(stderr, "sieve bench: unknown argument '%s'\n", a.c_str());
-        return 2;
+        return report_error("sieve bench", "unknown argument '" + escape_for_message(a) + "'", 2);
       }
       gbench.push_back(a);
     }
     po::store(parsed, vm);
     po::notify(vm);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve bench: %s\n", e.what());
-    return 2;
+    return report_error("sieve bench", e.what(), 2);
   }
   if (vm.count("help")) {
     std::cout << desc << "\n";

@@ -2,9 +2,12 @@
 // declare its function in calibrate.hpp, define it in calibrate_<method>.cpp, add one row below.
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "calibrate.hpp"
 #include "commands.hpp"
+#include "error_line.hpp"
+#include "sieve/util/escape.hpp"
 
 namespace sieve::cli {
 
@@ -20,6 +23,12 @@ const Method kMethods[] = {
     {"dpxa", calibrate_dpxa, "dpxa: per-head tau so kept tiles cover a target share of the true mass"},
 };
 
+std::string method_names() {
+  std::string names;
+  for (const auto& m : kMethods) names += (names.empty() ? "" : ", ") + std::string(m.name);
+  return names;
+}
+
 void usage(std::FILE* f) {
   std::fprintf(f, "usage: sieve calibrate <method> [options]   (sieve calibrate <method> --help)\n\n");
   for (const auto& m : kMethods) std::fprintf(f, "  %-8s %s\n", m.name, m.summary);
@@ -27,10 +36,7 @@ void usage(std::FILE* f) {
 }  // namespace
 
 int cmd_calibrate(int argc, char** argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return 2;
-  }
+  if (argc < 2) return report_error("sieve calibrate", "name a method: " + method_names(), 2);
   const char* method = argv[1];
   if (!std::strcmp(method, "--help") || !std::strcmp(method, "-h")) {
     usage(stdout);
@@ -38,9 +44,8 @@ int cmd_calibrate(int argc, char** argv) {
   }
   for (const auto& m : kMethods)
     if (!std::strcmp(method, m.name)) return m.run(argc - 1, argv + 1);
-  std::fprintf(stderr, "sieve calibrate: unknown method '%s'\n", method);
-  usage(stderr);
-  return 2;
+  return report_error("sieve calibrate",
+                      std::string("unknown method '") + escape_for_message(method) + "' (" + method_names() + ")", 2);
 }
 
 }  // namespace sieve::cli

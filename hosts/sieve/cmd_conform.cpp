@@ -14,6 +14,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "error_line.hpp"
 
 namespace sieve::cli {
 
@@ -39,8 +40,7 @@ const char* kUsage =
     "  -h, --help               this help\n";
 
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "sieve conform: %s\n(sieve conform --help for the options)\n", message.c_str());
-  return 2;
+  return report_error("sieve conform", message + " (sieve conform --help lists the options)", 2);
 }
 
 }  // namespace

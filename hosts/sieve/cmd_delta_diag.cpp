@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "error_line.hpp"
 #include "model_args.hpp"
 #include "parse_options.hpp"
 #include "probe_copy.hpp"
@@ -502,8 +503,7 @@ int cmd_delta_diag(int argc, char** argv) {
       f << j.dump(2) << "\n";
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve delta-diag: %s\n", e.what());
-    return 1;
+    return report_error("sieve delta-diag", e.what(), 1);
   }
   return 0;
 }

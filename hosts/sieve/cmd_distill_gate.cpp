@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "error_line.hpp"
 #include "gate/distill.hpp"
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
@@ -105,8 +106,7 @@ int cmd_distill_gate(int argc, char** argv) {
   po::variables_map vm;
   if (const auto done = parse_options("sieve distill-gate", opts, argc, argv, &vm)) return *done;
   auto usage_error = [](const std::string& m) {
-    std::fprintf(stderr, "sieve distill-gate: %s\n", m.c_str());
-    return 2;
+    return report_error("sieve distill-gate", m, 2);
   };
   if (out.empty()) return usage_error("--out is required (the gate file to write)");
   if (dopt.steps < 1) return usage_error("--steps must be >= 1, got " + std::to_string(dopt.steps));
@@ -214,8 +214,7 @@ int cmd_distill_gate(int argc, char** argv) {
     seer::write_gate(out, gate);
     std::printf("wrote %s\n", out.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve distill-gate: %s\n", e.what());
-    return 1;
+    return report_error("sieve distill-gate", e.what(), 1);
   }
   return 0;
 }

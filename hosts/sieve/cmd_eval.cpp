@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "error_line.hpp"
 #include "model_args.hpp"
 #include "parse_options.hpp"
 #include "prompts.hpp"
@@ -70,8 +71,7 @@ int cmd_eval(int argc, char** argv) {
   }
   std::string error;
   if (!engine_options(ma, &eo.engine, &error)) {
-    std::fprintf(stderr, "sieve eval: %s\n", error.c_str());
-    return 2;
+    return report_error("sieve eval", error, 2);
   }
   const bool json = vm.count("json") > 0;
   try {
@@ -139,8 +139,7 @@ int cmd_eval(int argc, char** argv) {
                 "out rel err: |o_chain - o_dense| / |o_dense|, o_dense in f64 on the same queries and cache;\n"
                 "attended: keys attended / causal keys; resident: resident tokens / tokens fed.\n");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve eval: %s\n", e.what());
-    return 1;
+    return report_error("sieve eval", e.what(), 1);
   }
   return 0;
 }

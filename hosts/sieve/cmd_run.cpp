@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "error_line.hpp"
 #include "model_args.hpp"
 #include "parse_options.hpp"
 #include "sieve/model/fidelity_eval.hpp"
@@ -55,8 +56,7 @@ int cmd_run(int argc, char** argv) {
   model::EngineOptions eo;
   std::string error;
   if (!engine_options(ma, &eo, &error)) {
-    std::fprintf(stderr, "sieve run: %s\n", error.c_str());
-    return 2;
+    return report_error("sieve run", error, 2);
   }
   eo.max_batch = 1;
   try {
@@ -108,8 +108,7 @@ int cmd_run(int argc, char** argv) {
                 static_cast<long long>(st.prompt_tokens), 1e3 * st.prefill_seconds,
                 static_cast<long long>(st.generated_tokens), steps, tps, static_cast<unsigned long long>(st.kv_bytes));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sieve run: %s\n", e.what());
-    return 1;
+    return report_error("sieve run", e.what(), 1);
   }
   return 0;
 }

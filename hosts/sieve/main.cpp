@@ -7,6 +7,8 @@
 #include <string>
 
 #include "commands.hpp"
+#include "error_line.hpp"
+#include "sieve/util/escape.hpp"
 
 namespace {
 struct Command {
@@ -41,7 +43,7 @@ int main(int argc, char** argv) {
     // The README's main job: the embedded model generates its story on the CPU.
     char prog[] = "run";
     char* args[] = {prog, nullptr};
-    return sieve::cli::cmd_run(1, args);
+    return sieve::cli::run_guarded("sieve run", sieve::cli::cmd_run, 1, args);
   }
   std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
@@ -49,8 +51,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& c : kCommands)
-    if (cmd == c.name) return c.run(argc - 1, argv + 1);
-  std::fprintf(stderr, "sieve: unknown command '%s'\n", cmd.c_str());
-  usage(stderr);
-  return 2;
+    if (cmd == c.name) return sieve::cli::run_guarded("sieve " + cmd, c.run, argc - 1, argv + 1);
+  return sieve::cli::report_error(
+      "sieve", "unknown command '" + sieve::escape_for_message(cmd) + "' (sieve --help lists the commands)", 2);
 }

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "device_args.hpp"
 #include "embedded_model.hpp"
 #include "sieve/model/llama2c.hpp"
 #include "sieve/util/error.hpp"
@@ -32,24 +33,18 @@ model::Tokenizer load_tokenizer_arg(const ModelArgs& a, const model::ModelWeight
 }
 
 bool engine_options(const ModelArgs& a, model::EngineOptions* o, std::string* error) {
-  if (a.device == "cpu") {
-    o->device = kCpu;
-  } else if (a.device == "cuda") {
-    o->device = DLDevice{kDLCUDA, 0};
-  } else if (a.device.rfind("cuda:", 0) == 0 && a.device.size() > 5 &&
-             a.device.find_first_not_of("0123456789", 5) == std::string::npos) {
-    o->device = DLDevice{kDLCUDA, std::stoi(a.device.substr(5))};
-  } else {
-    *error = "--device must be cpu or cuda[:N], got '" + a.device + "'";
+  const std::optional<DLDevice> device = parse_device_arg(a.device);
+  if (!device) {
+    *error = bad_device_message(a.device);
     return false;
   }
-  if (a.kv_dtype == "f32") o->kv_dtype = kF32;
-  else if (a.kv_dtype == "f16") o->kv_dtype = kF16;
-  else if (a.kv_dtype == "bf16") o->kv_dtype = kBF16;
-  else {
-    *error = "--kv-dtype must be f32, f16 or bf16, got '" + a.kv_dtype + "'";
+  o->device = *device;
+  const std::optional<DLDataType> kv_dtype = parse_dtype_arg(a.kv_dtype);
+  if (!kv_dtype) {
+    *error = bad_dtype_message("--kv-dtype", a.kv_dtype);
     return false;
   }
+  o->kv_dtype = *kv_dtype;
   if (a.page_size != 16 && a.page_size != 32 && a.page_size != 64) {
     *error = "--page-size must be 16, 32 or 64, got " + std::to_string(a.page_size);
     return false;

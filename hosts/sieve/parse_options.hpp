@@ -9,6 +9,8 @@ namespace sieve::cli {
 
 // Parses argv into *vm. Returns the exit status when the command is done: 0 after printing `opts`
 // for --help, 2 after "<command>: <what>" on stderr for a bad option; nullopt when it goes on.
+// Refused as bad options too: a word that belongs to no option (`--prompt Lily saw a cat`
+// unquoted would otherwise drop "saw a cat" silently) and a float option that is nan or inf.
 std::optional<int> parse_options(const char* command, const boost::program_options::options_description& opts,
                                  int argc, char** argv, boost::program_options::variables_map* vm);
 

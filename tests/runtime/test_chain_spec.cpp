@@ -3,7 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <sieve/runtime/chain_spec.hpp>
+
+#include "runtime_test_util.hpp"
 
 using namespace sieve::runtime;
 using ::testing::ElementsAre;
@@ -92,6 +97,25 @@ TEST(ChainSpec, RoundTripThroughText) {
   EXPECT_EQ(to_string(parse_ok(once)), once);
 }
 
+TEST(ChainSpec, RoundTripQuotesWhatABareValueCannotHold) {
+  // Quoted values that to_string() once wrote bare: a lone '[' read back as an open list, a tab
+  // ended the value. Found by tests/fuzz/fuzz_chain.cpp (its corpus keeps them).
+  for (const std::string v : {"[12", "1\t2", "a]b", "", "x;y", "[1]2]"}) {
+    ChainSpec s = parse_ok("*=quest(p=\"" + v + "\")");
+    const std::string once = to_string(s);
+    ChainSpec again = parse_ok(once);
+    ASSERT_EQ(again.instances.size(), 1u) << once;
+    EXPECT_THAT(again.instances[0].params, ElementsAre(Pair("p", v))) << once;
+  }
+  EXPECT_EQ(to_string(parse_ok("*=delta(l=[1, 2])")), "*=delta(l=[1, 2])");
+}
+
+TEST(ChainSpec, ErrorsEscapeControlCharactersAndKeepUtf8) {
+  EXPECT_EQ(parse_error("*=stream\x1b[2Jing"), "chain spec, col 9: expected '>' or ';' after 'stream', found '\\x1B'");
+  EXPECT_EQ(parse_error("*=stream\xce\x94"), "chain spec, col 9: expected '>' or ';' after 'stream', found '\xce\x94'");
+  EXPECT_EQ(parse_error("*=stream\xff"), "chain spec, col 9: expected '>' or ';' after 'stream', found '\\xFF'");
+}
+
 TEST(ChainSpec, ErrorsNameTheColumn) {
   EXPECT_EQ(parse_error(""), "chain spec, col 1: empty chain spec");
   EXPECT_EQ(parse_error("decode:0-1 quest"),
@@ -163,7 +187,36 @@ TEST(ChainFile, ErrorsNameLineAndColumn) {
   EXPECT_FALSE(parse_chain_file("quest@q(a=1)\ndecode:*=quest@q(a=2)\n", "c.txt", &s, &err));
   EXPECT_EQ(err, "c.txt:2, col 10: parameters of quest@q are given twice (also at c.txt:1, col 1)");
   EXPECT_FALSE(load_chain_file("/nonexistent/chains.txt", &s, &err));
-  EXPECT_EQ(err, "/nonexistent/chains.txt: cannot open the chain file");
+  EXPECT_EQ(err, "/nonexistent/chains.txt: the chain file cannot be opened (No such file or directory)");
+}
+
+TEST(ChainFile, RefusesWhatIsNotASmallRegularFile) {
+  // Each would block (a FIFO), never end (/dev/zero) or read as empty (a directory).
+  sieve::test::ScratchDir dir;
+  ChainSpec s;
+  std::string err;
+  EXPECT_FALSE(load_chain_file(dir.str(), &s, &err));
+  EXPECT_EQ(err, dir.str() + ": the chain file is not a regular file");
+  EXPECT_FALSE(load_chain_file("/dev/zero", &s, &err));
+  EXPECT_EQ(err, "/dev/zero: the chain file is not a regular file");
+  const std::string fifo = dir.str() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_FALSE(load_chain_file(fifo, &s, &err));
+  EXPECT_EQ(err, fifo + ": the chain file is not a regular file");
+  const std::string big = dir.str() + "/big.txt";
+  {
+    std::ofstream f(big);
+    for (int i = 0; i < 80000; ++i) f << "decode:*=quest\n";  // 1.2 MB of valid rules
+  }
+  EXPECT_FALSE(load_chain_file(big, &s, &err));
+  EXPECT_EQ(err, big + ": the chain file is larger than 1048576 bytes");
+  const std::string empty = dir.str() + "/empty.txt";
+  std::ofstream(empty).close();
+  EXPECT_FALSE(load_chain_file(empty, &s, &err));
+  EXPECT_EQ(err, empty + ": no chain rules (a rule looks like 'decode:0-4=quest')");
+  const std::string ok = dir.str() + "/ok.txt";
+  std::ofstream(ok) << "decode:*=quest\n";
+  EXPECT_TRUE(load_chain_file(ok, &s, &err)) << err;
 }
 
 }  // namespace

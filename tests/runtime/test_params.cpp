@@ -116,6 +116,17 @@ TEST(Params, WrongTypes) {
   EXPECT_THAT(errors_of({{"layers", "[1,2"}}), ElementsAre("quest@q: layers='[1,2': missing ']'"));
 }
 
+TEST(Params, ControlCharactersAreNotWhiteSpaceAndAreEscaped) {
+  // strtoll skipped a form feed ("\f32" read as 32) and the message echoed it raw; found by
+  // tests/fuzz/fuzz_params.cpp (corpus/params/found_formfeed_element).
+  EXPECT_THAT(errors_of({{"budget", "\f32"}}), ElementsAre("quest@q: budget='\\x0C32' is not an integer"));
+  EXPECT_THAT(errors_of({{"ratio", "\n0.5"}}), ElementsAre("quest@q: ratio='\\n0.5' is not a finite number"));
+  EXPECT_THAT(errors_of({{"layers", "[\f3]"}}),
+              ElementsAre("quest@q: layers='[\\x0C3]': '\\x0C3' is not an integer (write [2,14,22])"));
+  EXPECT_THAT(errors_of({{"mode", "\x1b[2J"}}), ElementsAre("quest@q: mode='\\x1B[2J' is not one of first|last|both"));
+  EXPECT_THAT(errors_of({{"bud\x07get", "1"}}), ElementsAre(HasSubstr("unknown parameter 'bud\\x07get'")));
+}
+
 TEST(Params, OutOfRangeNamesTheRange) {
   EXPECT_THAT(errors_of({{"budget", "0"}}),
               ElementsAre("quest@q: budget=0 is out of range [1, 4096]"));

@@ -7,9 +7,13 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
+
+#include "sieve/util/escape.hpp"
+#include "sieve/util/regular_file.hpp"
 
 namespace sieve::runtime {
 
@@ -19,6 +23,11 @@ bool is_name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '
 bool is_id_char(char c) { return is_name_char(c) || (c >= 'A' && c <= 'Z'); }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+// What a bare (unquoted, unbracketed) parameter value may hold; to_string() quotes any other.
+bool is_bare_value_char(char c) {
+  return !(c == ',' || c == '(' || c == ')' || c == '[' || c == ']' || c == '"' || is_space(c) || c == ';' ||
+           c == '>');
+}
 
 // One parser over one text (the whole compact spec, or one line of a file). Instances with an id
 // are shared through `ids` across all the texts of one spec.
@@ -69,7 +78,8 @@ class Parser {
   }
   std::string found() const {
     if (at_end()) return "the end";
-    return "'" + std::string(1, s_[pos_]) + "'";
+    const size_t n = std::max<size_t>(1, escape_detail::printable_utf8_length(s_, pos_));  // all of a 'Δ'
+    return "'" + escape_for_message(std::string_view(s_).substr(pos_, n)) + "'";
   }
   bool fail(size_t at, const std::string& msg) {
     error_ = where(at) + ": " + msg;
@@ -246,10 +256,7 @@ class Parser {
       pos_ = close + 1;
       return true;
     }
-    *value = read_while([](char c) {
-      return !(c == ',' || c == '(' || c == ')' || c == '[' || c == ']' || c == '"' ||
-               is_space(c) || c == ';' || c == '>');
-    });
+    *value = read_while(is_bare_value_char);
     if (value->empty()) return fail(pos_, "expected a value for '" + key + "', found " + found());
     return true;
   }
@@ -392,14 +399,18 @@ bool parse_chain_file(const std::string& text, const std::string& source, ChainS
 }
 
 bool load_chain_file(const std::string& path, ChainSpec* out, std::string* error) {
-  std::ifstream in(path);
-  if (!in) {
-    *error = path + ": cannot open the chain file";
+  const std::string shown = escape_for_message(path);
+  if (std::string why = regular_file_problem(path, 1 << 20); !why.empty()) {
+    *error = shown + ": the chain file " + why;
     return false;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_chain_file(text.str(), path, out, error);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad()) {
+    *error = shown + ": cannot read the chain file";
+    return false;
+  }
+  return parse_chain_file(text, shown, out, error);
 }
 
 std::string to_string(const ChainSpec& spec) {
@@ -432,8 +443,10 @@ std::string to_string(const ChainSpec& spec) {
         out += "(";
         for (size_t i = 0; i < inst.params.size(); ++i) {
           const auto& v = inst.params[i].second;
-          bool quote = v.empty() || (v.front() != '[' &&
-                                     v.find_first_of(",()[]\"; >") != std::string::npos);
+          // Written as it was read: a list as one '[...]' (its only ']' last), else bare when
+          // every character may be bare, else quoted (a value read from quotes holds no '"').
+          const bool list = !v.empty() && v.front() == '[' && v.find(']') == v.size() - 1;
+          const bool quote = !list && (v.empty() || !std::all_of(v.begin(), v.end(), is_bare_value_char));
           if (i) out += ",";
           out += inst.params[i].first + "=" + (quote ? "\"" + v + "\"" : v);
         }
@@ -575,11 +588,11 @@ bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve
       }
 
   // 5. Declared capabilities against the geometry, then the policy's own validate().
+  std::vector<std::string> unused;  // told only when the spec resolves: an error explains itself
   for (size_t i = 0; i < instances.size(); ++i) {
     if (!plugin[i] || !usable[i]) continue;
     if (!phases[i]) {
-      spdlog::info("chain: {} serves no layer (unused, or overridden by later rules); not created",
-                   instances[i].label());
+      unused.push_back(instances[i].label());
       continue;
     }
     const auto& d = *plugin[i]->descriptor();
@@ -615,6 +628,8 @@ bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve
     }
   }
   if (errors->size() != errors_before) return false;
+  for (const auto& label : unused)
+    spdlog::info("chain: {} serves no layer (unused, or overridden by later rules); not created", label);
 
   // 6. The resolved chains, with instances renumbered to the ones that serve something.
   ResolvedChains rc;

@@ -2,6 +2,7 @@
 #include "sieve/runtime/params.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "sieve/runtime/loader.hpp"
+#include "sieve/util/escape.hpp"
 
 namespace sieve::runtime {
 
@@ -92,8 +94,14 @@ std::vector<std::string> split_choices(const char* choices) {
   return out;
 }
 
+// strtoll/strtod skip leading white space ("\f90" read as 90): the text is trimmed of blanks
+// already, anything else in front is not part of a number.
+bool starts_a_number(const std::string& t) {
+  return !t.empty() && !std::isspace(static_cast<unsigned char>(t.front()));
+}
+
 bool parse_int(const std::string& t, int64_t* v) {
-  if (t.empty()) return false;
+  if (!starts_a_number(t)) return false;
   errno = 0;
   char* end = nullptr;
   long long x = std::strtoll(t.c_str(), &end, 10);
@@ -103,7 +111,7 @@ bool parse_int(const std::string& t, int64_t* v) {
 }
 
 bool parse_float(const std::string& t, double* v) {
-  if (t.empty()) return false;
+  if (!starts_a_number(t)) return false;
   errno = 0;
   char* end = nullptr;
   double x = std::strtod(t.c_str(), &end);
@@ -152,6 +160,7 @@ std::string parse_param_value(const sieve_param_spec& spec, const std::string& r
                               std::vector<int64_t>* owned_list) {
   const std::string name = spec.name ? spec.name : "?";
   const std::string text = spec.type == SIEVE_PARAM_STRING ? raw : trim(raw);
+  const std::string shown = escape_for_message(text);  // user text in a one-line message
   *value = sieve_param_value{};
   value->type = spec.type;
   owned_text->clear();
@@ -163,19 +172,19 @@ std::string parse_param_value(const sieve_param_spec& spec, const std::string& r
       static const char* const no[] = {"false", "0", "no", "off"};
       for (auto* y : yes) if (text == y) { value->i = 1; return {}; }
       for (auto* n : no) if (text == n) { value->i = 0; return {}; }
-      return name + "='" + text + "' is not a bool (true or false)";
+      return name + "='" + shown + "' is not a bool (true or false)";
     }
     case SIEVE_PARAM_INT: {
       int64_t x;
-      if (!parse_int(text, &x)) return name + "='" + text + "' is not an integer";
-      if (!in_range(double(x))) return name + "=" + text + " is out of range " + range_text(spec);
+      if (!parse_int(text, &x)) return name + "='" + shown + "' is not an integer";
+      if (!in_range(double(x))) return name + "=" + shown + " is out of range " + range_text(spec);
       value->i = x;
       return {};
     }
     case SIEVE_PARAM_FLOAT: {
       double x;
-      if (!parse_float(text, &x)) return name + "='" + text + "' is not a finite number";
-      if (!in_range(x)) return name + "=" + text + " is out of range " + range_text(spec);
+      if (!parse_float(text, &x)) return name + "='" + shown + "' is not a finite number";
+      if (!in_range(x)) return name + "=" + shown + " is out of range " + range_text(spec);
       value->f = x;
       return {};
     }
@@ -190,12 +199,12 @@ std::string parse_param_value(const sieve_param_spec& spec, const std::string& r
           *owned_text = text;
           return {};
         }
-      return name + "='" + text + "' is not one of " + join(choices, "|");
+      return name + "='" + shown + "' is not one of " + join(choices, "|");
     }
     case SIEVE_PARAM_INT_LIST: {
       std::string body = text;
       if (!body.empty() && body.front() == '[') {
-        if (body.back() != ']') return name + "='" + text + "': missing ']'";
+        if (body.back() != ']') return name + "='" + shown + "': missing ']'";
         body = trim(body.substr(1, body.size() - 2));
       }
       if (body.empty()) return {};  // the empty list
@@ -206,9 +215,10 @@ std::string parse_param_value(const sieve_param_spec& spec, const std::string& r
                                                                                : comma - start));
         int64_t x;
         if (!parse_int(item, &x))
-          return name + "='" + text + "': '" + item + "' is not an integer (write [2,14,22])";
+          return name + "='" + shown + "': '" + escape_for_message(item) + "' is not an integer (write [2,14,22])";
         if (!in_range(double(x)))
-          return name + "=" + text + ": element " + item + " is out of range " + range_text(spec);
+          return name + "=" + shown + ": element " + escape_for_message(item) + " is out of range " +
+                 range_text(spec);
         owned_list->push_back(x);
         if (comma == std::string::npos) break;
         start = comma + 1;
@@ -233,7 +243,7 @@ bool parse_params(const ParamSchema& schema, const ParamPairs& user, ParamValues
     const std::string& key = user[u].first;
     int idx = schema.find(key);
     if (idx < 0) {
-      std::string line = prefix + "unknown parameter '" + key + "'";
+      std::string line = prefix + "unknown parameter '" + escape_for_message(key) + "'";
       std::string near = closest_name(key, names);
       if (!near.empty())
         line += " (did you mean '" + near + "'?)";
@@ -245,7 +255,7 @@ bool parse_params(const ParamSchema& schema, const ParamPairs& user, ParamValues
       continue;
     }
     if (given[idx] >= 0) {
-      errors->push_back(prefix + "parameter '" + key + "' is given twice");
+      errors->push_back(prefix + "parameter '" + escape_for_message(key) + "' is given twice");
       continue;
     }
     given[idx] = int(u);

@@ -126,6 +126,13 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     require(!spec.context.empty(), SIEVE_ERR_INVALID_ARGUMENT, "the workload has no sequence");
     const int32_t batch = int32_t(spec.context.size());
     const bool prefill = spec.phase == SIEVE_PHASE_PREFILL;
+    // Sizes divide below (rows per sequence, tokens per page, heads per group): refuse a zero.
+    require(!prefill || spec.new_tokens >= 1, SIEVE_ERR_INVALID_ARGUMENT,
+            "prefill needs new_tokens >= 1, got " + std::to_string(spec.new_tokens));
+    require(spec.n_q_heads >= 1 && spec.n_kv_heads >= 1 && spec.head_dim >= 1 && spec.page_size >= 1,
+            SIEVE_ERR_INVALID_ARGUMENT, "heads, head_dim and page_size must be >= 1");
+    require(spec.n_q_heads % spec.n_kv_heads == 0, SIEVE_ERR_INVALID_ARGUMENT,
+            "n_q_heads must be a multiple of n_kv_heads");
     std::vector<int32_t> n_new(static_cast<size_t>(batch));
     int32_t max_context = 0;
     for (int32_t b = 0; b < batch; ++b) {

@@ -256,6 +256,23 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
     (void)n_anchors;
   }
 
+  // One core-kernel call of this plugin (prefill, dense unless `sel`).
+  void core_attend(const DLTensor* q, DLTensor* out, const DLTensor* qo, const int32_t* qo_host,
+              const sieve_paged_kv* kv, const sieve_selection* sel, const DLTensor* q_rows,
+              DLTensor* lse, std::string_view what) const {
+    sieve_attention_args a{};
+    a.phase = SIEVE_PHASE_PREFILL;  // scale 0: 1/sqrt(head_dim), as the runner's own call
+    a.q = q;
+    a.out = out;
+    a.qo_indptr = qo;
+    a.qo_indptr_host = qo_host;
+    a.kv = kv;
+    a.selection = sel;
+    a.q_rows = q_rows;
+    a.lse = lse;
+    core_kernel_attend(a, what);
+  }
+
 #if SIEVE_WITH_CUDA
   // Anchors per bulk row: one tensor-core CTA holds 128 (query, head) rows of a GQA group.
   static constexpr int64_t kAnchorBlock = 32;
@@ -310,23 +327,6 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " must be a contiguous int32 [", n, "] tensor on ",
                sieve::device_name(dev));
     return sieve::data_ptr<const int32_t>(*t);
-  }
-
-  // One core-kernel call of this plugin (prefill, dense unless `sel`).
-  void core_attend(const DLTensor* q, DLTensor* out, const DLTensor* qo, const int32_t* qo_host,
-              const sieve_paged_kv* kv, const sieve_selection* sel, const DLTensor* q_rows,
-              DLTensor* lse, std::string_view what) const {
-    sieve_attention_args a{};
-    a.phase = SIEVE_PHASE_PREFILL;  // scale 0: 1/sqrt(head_dim), as the runner's own call
-    a.q = q;
-    a.out = out;
-    a.qo_indptr = qo;
-    a.qo_indptr_host = qo_host;
-    a.kv = kv;
-    a.selection = sel;
-    a.q_rows = q_rows;
-    a.lse = lse;
-    core_kernel_attend(a, what);
   }
 
   void correct_cuda(const sieve_layer_call& call, DLTensor& out, int64_t n_dense,
