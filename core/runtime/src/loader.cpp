@@ -292,6 +292,9 @@ std::vector<std::string> check_policy_descriptor(const sieve_policy_descriptor* 
   if (SIEVE_HAS_FIELD(d, sieve_policy_descriptor, selection_basis) &&
       d->selection_basis > SIEVE_SELECTION_BASIS_NONE)
     bad("selection_basis " + std::to_string(d->selection_basis) + " is not a sieve_selection_basis");
+  if (SIEVE_HAS_FIELD(d, sieve_policy_descriptor, conform_params))
+    if (text_too_long(d->conform_params))  // NULL or "" is allowed: the schema defaults
+      bad("over-long (> " + std::to_string(kMaxTextLength) + " bytes) conform_params");
   if (api) {
     if (d->evicts_kv && !api->end_step) bad("evicts_kv is set but end_step is NULL");
     if ((d->needs & SIEVE_NEEDS_PAGE_STATS) && !api->observe)
