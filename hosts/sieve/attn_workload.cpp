@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cstdio>
 
-#include "sieve/util/escape.hpp"
+#include "sieve/util/printable.hpp"
 
 namespace sieve::cli {
 
@@ -43,7 +43,7 @@ std::string parse_contexts(const std::string& text, int32_t batch, std::vector<i
     int64_t v = 0;
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size())
-      return usage + ", got '" + escape_for_message(text) + "'";
+      return usage + ", got '" + printable(text) + "'";
     if (v < 1 || v > kMaxContext) return usage + ", got " + std::to_string(v);
     out->push_back(int32_t(v));
     if (comma == text.size()) break;

@@ -18,7 +18,7 @@
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/registry.hpp"
 #include "sieve/runtime/synthetic.hpp"
-#include "sieve/util/escape.hpp"
+#include "sieve/util/printable.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace po = boost::program_options;
@@ -79,7 +79,7 @@ int cmd_attn(int argc, char** argv) {
   runtime::SyntheticSpec spec;
   if (phase == "decode") spec.phase = SIEVE_PHASE_DECODE;
   else if (phase == "prefill") spec.phase = SIEVE_PHASE_PREFILL;
-  else return report_error(kCmd, "--phase must be decode or prefill, got '" + escape_for_message(phase) + "'", 2);
+  else return report_error(kCmd, "--phase must be decode or prefill, got '" + printable(phase) + "'", 2);
   const std::optional<DLDataType> kv_dtype = parse_dtype_arg(dtype);
   if (!kv_dtype) return report_error(kCmd, bad_dtype_message("--dtype", dtype), 2);
   spec.kv_dtype = *kv_dtype;
@@ -87,7 +87,7 @@ int cmd_attn(int argc, char** argv) {
   if (!dev) return report_error(kCmd, bad_device_message(device), 2);
   spec.device = *dev;
   if (keys != "random" && keys != "similar")
-    return report_error(kCmd, "--keys must be random or similar, got '" + escape_for_message(keys) + "'", 2);
+    return report_error(kCmd, "--keys must be random or similar, got '" + printable(keys) + "'", 2);
   spec.similar_keys = keys == "similar";
   if (builtin) {
     // The README's main job: a mid-size decode workload, dense against StreamingLLM windows.

@@ -9,7 +9,7 @@
 
 #include "commands.hpp"
 #include "error_line.hpp"
-#include "sieve/util/escape.hpp"
+#include "sieve/util/printable.hpp"
 #ifdef SIEVE_HAVE_BENCH
 #include "sieve/bench/policy.hpp"
 #include "sieve/bench/suite.hpp"
@@ -53,7 +53,7 @@ int cmd_bench(int argc, char** argv) {
     const po::parsed_options parsed = po::command_line_parser(argc, argv).options(desc).allow_unregistered().run();
     for (const std::string& a : po::collect_unrecognized(parsed.options, po::include_positional)) {
       if (a.rfind("--benchmark_", 0) != 0) {
-        return report_error("sieve bench", "unknown argument '" + escape_for_message(a) + "'", 2);
+        return report_error("sieve bench", "unknown argument '" + printable(a) + "'", 2);
       }
       gbench.push_back(a);
     }

@@ -7,7 +7,7 @@
 #include "calibrate.hpp"
 #include "commands.hpp"
 #include "error_line.hpp"
-#include "sieve/util/escape.hpp"
+#include "sieve/util/printable.hpp"
 
 namespace sieve::cli {
 
@@ -45,7 +45,7 @@ int cmd_calibrate(int argc, char** argv) {
   for (const auto& m : kMethods)
     if (!std::strcmp(method, m.name)) return m.run(argc - 1, argv + 1);
   return report_error("sieve calibrate",
-                      std::string("unknown method '") + escape_for_message(method) + "' (" + method_names() + ")", 2);
+                      std::string("unknown method '") + printable(method) + "' (" + method_names() + ")", 2);
 }
 
 }  // namespace sieve::cli

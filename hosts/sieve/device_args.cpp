@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "sieve/util/escape.hpp"
+#include "sieve/util/printable.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::cli {
@@ -32,11 +32,11 @@ std::optional<DLDataType> parse_dtype_arg(std::string_view text) {
 
 std::string bad_device_message(std::string_view text) {
   return "--device must be cpu or cuda[:N] (N a device index in [0, " +
-         std::to_string(std::numeric_limits<int32_t>::max()) + "]), got '" + escape_for_message(text) + "'";
+         std::to_string(std::numeric_limits<int32_t>::max()) + "]), got '" + printable(text) + "'";
 }
 
 std::string bad_dtype_message(std::string_view option, std::string_view text) {
-  return std::string(option) + " must be f32, f16 or bf16, got '" + escape_for_message(text) + "'";
+  return std::string(option) + " must be f32, f16 or bf16, got '" + printable(text) + "'";
 }
 
 }  // namespace sieve::cli

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "sieve/util/escape.hpp"
+#include "sieve/util/printable.hpp"
 
 namespace sieve::cli {
 
@@ -13,7 +13,7 @@ std::string one_line(std::string_view message) {
   for (size_t start = 0;;) {
     const size_t nl = message.find('\n', start);
     if (start) out += "; ";
-    out += escape_for_message(message.substr(start, nl == std::string_view::npos ? nl : nl - start));
+    out += printable(message.substr(start, nl == std::string_view::npos ? nl : nl - start), std::string::npos);
     if (nl == std::string_view::npos) return out;
     start = nl + 1;
   }

@@ -8,7 +8,7 @@
 
 #include "commands.hpp"
 #include "error_line.hpp"
-#include "sieve/util/escape.hpp"
+#include "sieve/util/printable.hpp"
 
 namespace {
 struct Command {
@@ -53,5 +53,5 @@ int main(int argc, char** argv) {
   for (const auto& c : kCommands)
     if (cmd == c.name) return sieve::cli::run_guarded("sieve " + cmd, c.run, argc - 1, argv + 1);
   return sieve::cli::report_error(
-      "sieve", "unknown command '" + sieve::escape_for_message(cmd) + "' (sieve --help lists the commands)", 2);
+      "sieve", "unknown command '" + sieve::printable(cmd) + "' (sieve --help lists the commands)", 2);
 }

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "error_line.hpp"
-#include "sieve/util/escape.hpp"
+#include "sieve/util/printable.hpp"
 
 namespace po = boost::program_options;
 
@@ -33,7 +33,7 @@ std::optional<int> parse_options(const char* command, const po::options_descript
     const po::parsed_options parsed = po::command_line_parser(argc, argv).options(opts).run();
     for (const po::option& o : parsed.options)
       if (o.position_key >= 0 && !o.value.empty())
-        return report_error(command, "unexpected argument '" + escape_for_message(o.value.front()) +
+        return report_error(command, "unexpected argument '" + printable(o.value.front()) +
                                          "' (every option takes one word: quote a value with spaces)", 2);
     po::store(parsed, *vm);
     po::notify(*vm);

@@ -36,10 +36,13 @@ struct CudaBackend final : kv_test::Backend {
   }
   ViewTables read(const sieve_paged_kv& view) override {
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    // Raw bytes into 4-byte words: a 16-bit pool (bf16 K/V) fills half as many words as it has
+    // elements (copying numel * 4 bytes read past its allocation).
     auto get = [](const DLTensor& t, auto& out) {
-      out.resize(size_t(numel(t)));
-      if (!out.empty()) {
-        EXPECT_EQ(cudaMemcpy(out.data(), t.data, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      const size_t bytes = size_t(numel(t)) * size_t(t.dtype.bits / 8);
+      out.resize((bytes + 3) / 4);
+      if (bytes) {
+        EXPECT_EQ(cudaMemcpy(out.data(), t.data, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
       }
     };
     ViewTables t;

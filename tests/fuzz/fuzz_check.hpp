@@ -1,6 +1,6 @@
 // What the fuzz targets check beyond "no crash", shared: a violated property aborts with a line
 // saying which (the driver, or libFuzzer, then keeps the input), and an error message must be one
-// non-empty line of printable text (user bytes escaped, sieve/util/escape.hpp).
+// non-empty line of printable text (user bytes escaped, sieve/util/printable.hpp).
 #pragma once
 #include <cstdio>
 #include <cstdlib>

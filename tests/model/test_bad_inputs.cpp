@@ -276,7 +276,7 @@ TEST(BadInput, SymlinkLoopsAndControlCharactersAreNamed) {
   EXPECT_THAT(error_of([&] { model::load_model(dir.file("c.safetensors")); }), HasSubstr("symlink loop"));
 
   const std::string e = error_of([&] { model::load_model(dir.file("x\x1b[31m\ny.bin")); });
-  EXPECT_THAT(e, HasSubstr("x\\x1b[31m\\x0ay.bin"));
+  EXPECT_THAT(e, HasSubstr("x\\x1B[31m\\ny.bin"));
   EXPECT_EQ(e.find_first_of("\x1b\n"), std::string::npos) << e;
 
   const std::string d = hf_checkpoint(dir, "ctl", [](nlohmann::json& c) { c["model_type"] = "ll\x1b]0;owned\x07"; });
@@ -313,10 +313,11 @@ TEST(BadInput, FileInputReadsOnlyBoundedRegularFiles) {
 
 TEST(BadInput, PrintableKeepsUtf8AndEscapesTheRest) {
   EXPECT_EQ(printable("café ☃.bin"), "café ☃.bin");
-  EXPECT_EQ(printable("a\\b\t\x7f"), "a\\\\b\\x09\\x7f");
-  EXPECT_EQ(printable("\xc2\x9b" "31m"), "\\xc2\\x9b31m");  // C1 CSI
-  EXPECT_EQ(printable("\xff\xc3"), "\\xff\\xc3");            // not UTF-8
+  EXPECT_EQ(printable("a\\b\t\x7f\x01"), "a\\b\\t\\x7F\\x01");  // a backslash stays: idempotent
+  EXPECT_EQ(printable("\xc2\x9b" "31m"), "\\xC2\\x9B31m");  // C1 CSI
+  EXPECT_EQ(printable("\xff\xc3"), "\\xFF\\xC3");            // not UTF-8
   EXPECT_EQ(printable(std::string(300, 'a'), 10), "aaaaaaaaaa... (290 more bytes)");
+  EXPECT_EQ(printable(printable("x\x1b\n\\y")), printable("x\x1b\n\\y"));
 }
 
 }  // namespace

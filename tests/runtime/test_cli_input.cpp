@@ -105,10 +105,10 @@ TEST_F(CliInput, ControlCharactersAreEscaped) {
 
 TEST_F(CliInput, FilesThatAreNoFilesAreRefusedNotRead) {
   // /dev/zero would be read forever; a directory read as an empty file.
-  expect_refused("attn --chain-file /dev/zero", 1, HasSubstr("/dev/zero: the chain file is not a regular file"));
-  expect_refused("attn --chain-file /", 1, HasSubstr("/: the chain file is not a regular file"));
+  expect_refused("attn --chain-file /dev/zero", 1, HasSubstr("chain file '/dev/zero': is a device, not a regular file"));
+  expect_refused("attn --chain-file /", 1, HasSubstr("chain file '/': is a directory, not a file"));
   expect_refused("eval --chain dense --prompts /dev/zero", 1,
-                 HasSubstr("prompts file '/dev/zero' is not a regular file"));
+                 HasSubstr("prompts file '/dev/zero': is a device, not a regular file"));
 }
 
 TEST_F(CliInput, MultiLineResolutionErrorsAreOneLine) {

@@ -6,14 +6,13 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
 
-#include "sieve/util/escape.hpp"
-#include "sieve/util/regular_file.hpp"
+#include "sieve/util/printable.hpp"
+#include "sieve/util/error.hpp"
+#include "sieve/util/file_input.hpp"
 
 namespace sieve::runtime {
 
@@ -78,8 +77,8 @@ class Parser {
   }
   std::string found() const {
     if (at_end()) return "the end";
-    const size_t n = std::max<size_t>(1, escape_detail::printable_utf8_length(s_, pos_));  // all of a 'Δ'
-    return "'" + escape_for_message(std::string_view(s_).substr(pos_, n)) + "'";
+    const size_t n = std::max<size_t>(1, detail::utf8_sequence(s_, pos_));  // all of a 'Δ'
+    return "'" + printable(std::string_view(s_).substr(pos_, n)) + "'";
   }
   bool fail(size_t at, const std::string& msg) {
     error_ = where(at) + ": " + msg;
@@ -399,18 +398,14 @@ bool parse_chain_file(const std::string& text, const std::string& source, ChainS
 }
 
 bool load_chain_file(const std::string& path, ChainSpec* out, std::string* error) {
-  const std::string shown = escape_for_message(path);
-  if (std::string why = regular_file_problem(path, 1 << 20); !why.empty()) {
-    *error = shown + ": the chain file " + why;
+  std::string text;
+  try {  // a regular file of at most 1 MiB (a FIFO would block, /dev/zero never end)
+    text = read_text_file(path, "chain file", 1 << 20);
+  } catch (const Error& e) {
+    *error = e.what();
     return false;
   }
-  std::ifstream in(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.is_open() || in.bad()) {
-    *error = shown + ": cannot read the chain file";
-    return false;
-  }
-  return parse_chain_file(text, shown, out, error);
+  return parse_chain_file(text, printable(path), out, error);
 }
 
 std::string to_string(const ChainSpec& spec) {

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "sieve/runtime/loader.hpp"
-#include "sieve/util/escape.hpp"
+#include "sieve/util/printable.hpp"
 
 namespace sieve::runtime {
 
@@ -160,7 +160,7 @@ std::string parse_param_value(const sieve_param_spec& spec, const std::string& r
                               std::vector<int64_t>* owned_list) {
   const std::string name = spec.name ? spec.name : "?";
   const std::string text = spec.type == SIEVE_PARAM_STRING ? raw : trim(raw);
-  const std::string shown = escape_for_message(text);  // user text in a one-line message
+  const std::string shown = printable(text);  // user text in a one-line message
   *value = sieve_param_value{};
   value->type = spec.type;
   owned_text->clear();
@@ -215,9 +215,9 @@ std::string parse_param_value(const sieve_param_spec& spec, const std::string& r
                                                                                : comma - start));
         int64_t x;
         if (!parse_int(item, &x))
-          return name + "='" + shown + "': '" + escape_for_message(item) + "' is not an integer (write [2,14,22])";
+          return name + "='" + shown + "': '" + printable(item) + "' is not an integer (write [2,14,22])";
         if (!in_range(double(x)))
-          return name + "=" + shown + ": element " + escape_for_message(item) + " is out of range " +
+          return name + "=" + shown + ": element " + printable(item) + " is out of range " +
                  range_text(spec);
         owned_list->push_back(x);
         if (comma == std::string::npos) break;
@@ -243,7 +243,7 @@ bool parse_params(const ParamSchema& schema, const ParamPairs& user, ParamValues
     const std::string& key = user[u].first;
     int idx = schema.find(key);
     if (idx < 0) {
-      std::string line = prefix + "unknown parameter '" + escape_for_message(key) + "'";
+      std::string line = prefix + "unknown parameter '" + printable(key) + "'";
       std::string near = closest_name(key, names);
       if (!near.empty())
         line += " (did you mean '" + near + "'?)";
@@ -255,7 +255,7 @@ bool parse_params(const ParamSchema& schema, const ParamPairs& user, ParamValues
       continue;
     }
     if (given[idx] >= 0) {
-      errors->push_back(prefix + "parameter '" + escape_for_message(key) + "' is given twice");
+      errors->push_back(prefix + "parameter '" + printable(key) + "' is given twice");
       continue;
     }
     given[idx] = int(u);

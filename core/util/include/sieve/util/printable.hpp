@@ -1,7 +1,10 @@
-// Untrusted text (file names, bytes from a file) made safe to put in a one-line message: control
-// characters (C0, DEL, C1), backslashes and bytes that are not valid UTF-8 are written as \xNN
-// (a backslash as \\), so a message stays one line and cannot drive the terminal, while readable
-// UTF-8 names pass unchanged. Long text is cut, with a mark saying how much was left out.
+// Untrusted text (file names, bytes from a file, anything a user typed) made safe to put in a
+// one-line message: newline, CR and tab as \n \r \t, other control characters (C0, DEL, C1) and
+// bytes that are not valid UTF-8 as \xNN, so a message stays one line, shows exactly what was
+// given and cannot drive the terminal, while readable UTF-8 passes unchanged. A backslash stays
+// as it is, which makes printable(printable(s)) == printable(s): the CLI's last line of defence
+// (hosts/sieve/error_line.cpp) escapes whole messages whose parts were escaped already.
+// Long text is cut at max_bytes (npos: never), with a mark saying how much was left out.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -27,19 +30,19 @@ inline size_t utf8_sequence(std::string_view s, size_t i) {
 }  // namespace detail
 
 inline std::string printable(std::string_view s, size_t max_bytes = 256) {
-  static constexpr char kHex[] = "0123456789abcdef";
+  static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
   size_t i = 0;
   while (i < s.size() && out.size() < max_bytes) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
+    if (c >= 0x20 && c < 0x7f) {
       out += char(c);
       ++i;
     } else if (const size_t n = c >= 0x80 ? detail::utf8_sequence(s, i) : 0; n > 0) {
       out.append(s.substr(i, n));
       i += n;
-    } else if (c == '\\') {
-      out += "\\\\";
+    } else if (c == '\n' || c == '\r' || c == '\t') {
+      out += {'\\', c == '\n' ? 'n' : c == '\r' ? 'r' : 't'};
       ++i;
     } else {
       out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
