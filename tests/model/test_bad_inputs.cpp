@@ -281,7 +281,7 @@ TEST(BadInput, SymlinkLoopsAndControlCharactersAreNamed) {
 
   const std::string d = hf_checkpoint(dir, "ctl", [](nlohmann::json& c) { c["model_type"] = "ll\x1b]0;owned\x07"; });
   const std::string t = error_of([&] { model::load_model(d); });
-  EXPECT_THAT(t, HasSubstr("model_type 'll\\x1b]0;owned\\x07' is not supported"));
+  EXPECT_THAT(t, HasSubstr("model_type 'll\\x1B]0;owned\\x07' is not supported"));
 }
 
 // The helper every reader above goes through (sieve/util/file_input.hpp, checked.hpp).
