@@ -23,6 +23,7 @@ namespace {
 
 using kernels::attend_cpu;
 using kernels::CpuAttentionOptions;
+using kernels::CpuIsa;
 using reference::Workload;
 using reference::WorkloadSpec;
 
@@ -170,6 +171,92 @@ TEST(AttentionCpuDecode, EverySelectionRowEmpty) {
 TEST(AttentionCpuDecode, QRowsSubset) { decode_q_rows_subset(expect_on_cpu); }
 
 TEST(AttentionCpuDecode, ExplicitScale) { decode_explicit_scale(expect_on_cpu); }
+
+// ---- decode, each instruction set forced ------------------------------------------------------
+// Whichever the CPU has runs; the others are skipped with a message. A head dim its vectors do not
+// divide steps down (CpuIsa), so d = 8 and 24 run the AVX2 kernel under kAvx512 and d = 12 the
+// loops under both.
+
+class AttentionCpuDecodeIsa : public testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (!kernels::cpu_isa_available(GetParam()))
+      GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam()) << ": its decode kernel not run";
+  }
+  CpuAttentionOptions options() const {
+    CpuAttentionOptions o;
+    o.isa = GetParam();
+    return o;
+  }
+  attention_test::Expect expect() const {
+    return [o = options()](Workload& w) { expect_matches_reference(w, o); };
+  }
+
+ public:
+  static std::string isa_name(CpuIsa isa) {
+    return isa == CpuIsa::kAvx512 ? "AVX-512" : isa == CpuIsa::kAvx2 ? "AVX2" : "portable";
+  }
+};
+
+TEST_P(AttentionCpuDecodeIsa, GroupsHeadDimsPageSizes) {
+  // Bundles of 1-8 heads (head blocks of 4 and a remainder), head dims of 1-8 vectors (odd
+  // counts: a vector outside bf16's pairs) and none, pages shorter and longer than a chunk of keys
+  // (chunks then span pages); f32 and bf16 (read in pairs of vectors, dims reordered).
+  struct Geo {
+    int32_t hq, hkv, d, ps;
+  };
+  for (DLDataType kv : {kF32, kBF16})
+    for (Geo g : {Geo{8, 8, 128, 16}, Geo{8, 4, 64, 16}, Geo{8, 2, 128, 32}, Geo{8, 1, 16, 64},
+                  Geo{6, 1, 128, 5}, Geo{3, 1, 64, 1}, Geo{10, 2, 32, 3}, Geo{4, 2, 8, 16},
+                  Geo{4, 1, 24, 7}, Geo{5, 1, 48, 16}, Geo{4, 2, 12, 16}}) {
+      SCOPED_TRACE(std::to_string(g.hq) + "q/" + std::to_string(g.hkv) + "kv, head_dim " +
+                   std::to_string(g.d) + ", page_size " + std::to_string(g.ps) + ", kv " +
+                   dtype_name(kv));
+      Workload w(make_spec(g.hq, g.hkv, g.d, g.ps, kDecodeLens, SIEVE_PHASE_DECODE, {},
+                           uint64_t(g.hq * 1000 + g.d * 10 + g.ps), kv));
+      w.request_lse();
+      w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+      expect_matches_reference(w, options());
+    }
+}
+
+TEST_P(AttentionCpuDecodeIsa, StorageDtypes) {
+  for (DLDataType kv : {kBF16, kF16}) {
+    SCOPED_TRACE("kv " + dtype_name(kv));
+    Workload w(make_spec(8, 2, 128, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, 7, kv));
+    w.request_lse();
+    expect_matches_reference(w, options());
+    Workload h(make_spec(8, 2, 64, 32, kDecodeLens, SIEVE_PHASE_DECODE, {}, 8, kv, kv));
+    expect_matches_reference(h, options());
+  }
+}
+
+TEST_P(AttentionCpuDecodeIsa, SplitKv) {
+  for (int splits : {3, 7}) {
+    SCOPED_TRACE("splits " + std::to_string(splits));
+    Workload w(make_spec(4, 1, 128, 16, {700, 5}, SIEVE_PHASE_DECODE, {}, 9, kBF16));
+    w.request_lse();
+    CpuAttentionOptions o = options();
+    o.threads = 2;
+    o.kv_splits = splits;
+    expect_matches_reference(w, o);
+  }
+}
+
+TEST_P(AttentionCpuDecodeIsa, BlockSelections) { decode_block_selections(expect()); }
+TEST_P(AttentionCpuDecodeIsa, EverySelectionRowEmpty) {
+  decode_every_selection_row_empty(64, expect());
+}
+TEST_P(AttentionCpuDecodeIsa, QRowsSubset) { decode_q_rows_subset(expect()); }
+TEST_P(AttentionCpuDecodeIsa, ExplicitScale) { decode_explicit_scale(expect()); }
+
+INSTANTIATE_TEST_SUITE_P(Isa, AttentionCpuDecodeIsa,
+                         testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const testing::TestParamInfo<CpuIsa>& i) {
+                           return i.param == CpuIsa::kAvx512 ? std::string("Avx512")
+                                  : i.param == CpuIsa::kAvx2 ? std::string("Avx2")
+                                                             : std::string("Portable");
+                         });
 
 // ---- prefill ------------------------------------------------------------------------------------
 

@@ -8,12 +8,22 @@
 
 namespace sieve::kernels {
 
+// Instruction sets of the decode kernel. kAuto: the widest this CPU has; a named one is the widest
+// allowed, and a head dim that is not a multiple of its lanes (16 floats AVX-512, 8 AVX2) steps
+// down to the next (portable: plain loops the compiler vectorizes for the build's target).
+enum class CpuIsa { kAuto, kPortable, kAvx2, kAvx512 };
+
+// Whether this CPU runs `isa` (kAuto and kPortable: always).
+bool cpu_isa_available(CpuIsa isa);
+
 // Tuning knobs; the defaults are what the runtime uses. Tests and benchmarks set them to reach
 // every code path on any machine.
 struct CpuAttentionOptions {
   int threads = 0;       // OpenMP threads for this call; 0: omp_get_max_threads()
   int kv_splits = 0;     // decode split-KV chunks per (sequence, head group): 0 auto, 1 off
   bool use_blas = true;  // cblas_sgemm for prefill tiles with head_dim >= 32 and >= 16 rows
+  CpuIsa isa = CpuIsa::kAuto;  // decode kernel; SIEVE_ERR_UNSUPPORTED if this CPU lacks it
+  bool prefetch = true;  // SIMD decode: software prefetch of the next chunk of K/V rows
 };
 
 // Runs `args` with every tensor in host memory (kDLCPU). Checks the arguments

@@ -1,0 +1,235 @@
+// The CPU decode kernel, written once over a vector type V (decode_avx512.cpp, decode_avx2.cpp
+// supply V and compile this with their -m flags; V lives in their anonymous namespace, so every
+// instantiation is local to its translation unit). Nothing from the standard library here: see
+// decode_rows.hpp.
+//
+// Keys are taken W (= V::W, the lane count) at a time, in order across page boundaries, as a
+// list of row offsets. Per chunk:
+//   1. scores: two keys at a time, each key row widened once into registers and multiplied with
+//      up to four heads' queries (2 x 4 independent FMA chains); each (head, key) leaves a vector
+//      of partial sums in a W x W tile, and one transposing add tree turns the tile into the
+//      head's W scores;
+//   2. online softmax in vectors: new maximum, the W weights exp(s - m) (a vector exp), the
+//      running sum, and the factor the old accumulator is rescaled by;
+//   3. P.V: for a block of output dims, up to four heads' accumulators sit in registers while
+//      each value row of the chunk is widened once and added with the heads' weights.
+// K and V bytes are read from memory once per chunk; a bundle of more than four heads re-reads
+// the rows from L1. The next chunk's rows are prefetched while this one is computed (pages are
+// scattered, so the hardware prefetcher restarts at every page).
+//
+// bf16 rows are read 2W elements at a time and widened without a lane shuffle: the even elements
+// are the 32-bit words shifted left by 16, the odd ones the words with the low half cleared. The
+// dims of q and of the accumulators are kept in that order (storage order: within each block of
+// 2W dims, the even ones, then the odd ones) and put back at the end; dot products and the
+// per-dim sums of P.V do not depend on the order of the dims.
+#pragma once
+#include "decode_rows.hpp"
+
+namespace sieve::kernels::cpu::simd {
+
+// Row offsets (elements) of the next W keys of the visited pages, continuing from (page u,
+// token i); returns how many (0 at the end).
+template <class V>
+inline int next_chunk(const DecodeRows& r, int32_t& u, int32_t& i, int64_t* rows) {
+  constexpr int W = V::W;
+  int n = 0;
+  while (n < W && u < r.n_pages) {
+    const int32_t left = r.tokens[u] - i;
+    const int32_t take = left < W - n ? left : W - n;
+    for (int32_t j = 0; j < take; ++j) rows[n + j] = r.slab[u] + int64_t(i + j) * r.d;
+    n += take;
+    i += take;
+    if (i >= r.tokens[u]) {
+      ++u;
+      i = 0;
+    }
+  }
+  return n;
+}
+
+// Partial dot products of heads [h0, h0 + H) with keys rows[0, n): tile[h][t] (W lanes) sums to
+// q_h . k_t.
+template <class V, KvStorage S, int H>
+inline void score_partials(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile) {
+  using F = typename V::F;
+  constexpr int W = V::W;
+  const int nv = r.d / W;
+  const float* q = r.q + int64_t(h0) * r.d;
+  for (int t = 0; t < n; t += 2) {
+    const int64_t o0 = rows[t], o1 = rows[t + 1 < n ? t + 1 : t];
+    F a0[H], a1[H];
+    for (int h = 0; h < H; ++h) a0[h] = a1[h] = V::zero();
+    int j = 0;
+    for (; j + 2 <= nv; j += 2) {
+      F k0[2], k1[2];
+      V::template load2<S>(r.k, o0 + int64_t(j) * W, k0);
+      V::template load2<S>(r.k, o1 + int64_t(j) * W, k1);
+      for (int h = 0; h < H; ++h)
+        for (int e = 0; e < 2; ++e) {
+          const F x = V::loadf(q + int64_t(h) * r.d + (j + e) * W);
+          a0[h] = V::fma(x, k0[e], a0[h]);
+          a1[h] = V::fma(x, k1[e], a1[h]);
+        }
+    }
+    for (; j < nv; ++j) {
+      const F k0 = V::template load<S>(r.k, o0 + int64_t(j) * W);
+      const F k1 = V::template load<S>(r.k, o1 + int64_t(j) * W);
+      for (int h = 0; h < H; ++h) {
+        const F x = V::loadf(q + int64_t(h) * r.d + j * W);
+        a0[h] = V::fma(x, k0, a0[h]);
+        a1[h] = V::fma(x, k1, a1[h]);
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      float* th = tile + int64_t(h0 + h) * W * W;
+      V::storef(th + t * W, a0[h]);
+      if (t + 1 < n) V::storef(th + (t + 1) * W, a1[h]);
+    }
+  }
+}
+
+// acc[h][dims of vectors j0 .. j0 + B) = alpha_h * acc + sum_t p[h][t] v_t, heads [h0, h0 + H).
+template <class V, KvStorage S, int H, int B>
+inline void accumulate(const DecodeRows& r, const int64_t* rows, int n, int h0, int j0,
+                       const float* p, const float* alpha) {
+  using F = typename V::F;
+  constexpr int W = V::W;
+  F a[H][B];
+  for (int h = 0; h < H; ++h) {
+    const F s = V::set1(alpha[h0 + h]);
+    for (int b = 0; b < B; ++b)
+      a[h][b] = V::mul(s, V::loadf(r.acc + int64_t(h0 + h) * r.d + (j0 + b) * W));
+  }
+  for (int t = 0; t < n; ++t) {
+    F x[B];
+    if constexpr (B % 2 == 0)
+      for (int b = 0; b < B; b += 2) V::template load2<S>(r.v, rows[t] + int64_t(j0 + b) * W, x + b);
+    else
+      for (int b = 0; b < B; ++b) x[b] = V::template load<S>(r.v, rows[t] + int64_t(j0 + b) * W);
+    for (int h = 0; h < H; ++h) {
+      const F w = V::set1(p[(h0 + h) * W + t]);
+      for (int b = 0; b < B; ++b) a[h][b] = V::fma(w, x[b], a[h][b]);
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int b = 0; b < B; ++b) V::storef(r.acc + int64_t(h0 + h) * r.d + (j0 + b) * W, a[h][b]);
+}
+
+template <class V, KvStorage S, int H>
+inline void accumulate_dims(const DecodeRows& r, const int64_t* rows, int n, int h0,
+                            const float* p, const float* alpha) {
+  const int nv = r.d / V::W;
+  int j = 0;
+  static_assert(V::kDimBlock % 2 == 0, "dim blocks are whole pairs of vectors");
+  for (; j + V::kDimBlock <= nv; j += V::kDimBlock)
+    accumulate<V, S, H, V::kDimBlock>(r, rows, n, h0, j, p, alpha);
+  for (; j + 2 <= nv; j += 2) accumulate<V, S, H, 2>(r, rows, n, h0, j, p, alpha);
+  if (j < nv) accumulate<V, S, H, 1>(r, rows, n, h0, j, p, alpha);
+}
+
+// Heads in blocks of four (the register budget of both phases).
+template <class V, KvStorage S, int H>
+inline void head_block(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile,
+                       const float* p, const float* alpha, bool scores) {
+  if (scores) score_partials<V, S, H>(r, rows, n, h0, tile);
+  else accumulate_dims<V, S, H>(r, rows, n, h0, p, alpha);
+}
+
+template <class V, KvStorage S>
+inline void for_head_blocks(const DecodeRows& r, const int64_t* rows, int n, float* tile,
+                            const float* p, const float* alpha, bool scores) {
+  int h0 = 0;
+  for (; h0 + 4 <= r.nh; h0 += 4) head_block<V, S, 4>(r, rows, n, h0, tile, p, alpha, scores);
+  switch (r.nh - h0) {
+    case 3: head_block<V, S, 3>(r, rows, n, h0, tile, p, alpha, scores); break;
+    case 2: head_block<V, S, 2>(r, rows, n, h0, tile, p, alpha, scores); break;
+    case 1: head_block<V, S, 1>(r, rows, n, h0, tile, p, alpha, scores); break;
+    default: break;
+  }
+}
+
+// Storage order (see the top) <-> natural order of the dims of `rows` rows of d floats, through
+// `tmp` (2W floats): only bf16 has one, over the whole blocks of 2W dims.
+template <class V, KvStorage S>
+inline void reorder_dims(float* x, int rows, int d, bool to_storage, float* tmp) {
+  constexpr int W = V::W;
+  if constexpr (S == KvStorage::kBf16) {
+    for (int r = 0; r < rows; ++r)
+      for (int b = 0; b + 2 * W <= d; b += 2 * W) {
+        float* blk = x + int64_t(r) * d + b;
+        for (int e = 0; e < 2 * W; ++e) tmp[e] = blk[e];
+        for (int e = 0; e < W; ++e) {
+          if (to_storage) {
+            blk[e] = tmp[2 * e];
+            blk[W + e] = tmp[2 * e + 1];
+          } else {
+            blk[2 * e] = tmp[e];
+            blk[2 * e + 1] = tmp[W + e];
+          }
+        }
+      }
+  }
+}
+
+// Prefetch of the K and V rows of a chunk into L1.
+template <KvStorage S>
+inline void prefetch_rows(const DecodeRows& r, const int64_t* rows, int n) {
+  constexpr int64_t elem = S == KvStorage::kF32 ? 4 : 2;
+  const int64_t bytes = int64_t(r.d) * elem;
+  for (int t = 0; t < n; ++t)
+    for (int64_t b = 0; b < bytes; b += 64) {
+      __builtin_prefetch(static_cast<const char*>(r.k) + rows[t] * elem + b, 0, 3);
+      __builtin_prefetch(static_cast<const char*>(r.v) + rows[t] * elem + b, 0, 3);
+    }
+}
+
+template <class V, KvStorage S>
+void decode_rows(const DecodeRows& r) {
+  using F = typename V::F;
+  constexpr int W = V::W;
+  constexpr float kNegInf = -__builtin_inff();
+  float* tile = r.scratch;                           // [nh][W][W]
+  float* p = tile + int64_t(r.nh) * W * W;           // [nh][W]
+  float* alpha = p + int64_t(r.nh) * W;              // [nh]
+  float* tmp = alpha + r.nh;                         // [2W]
+  // The caller's q is a scratch copy: reorder it in place.
+  reorder_dims<V, S>(r.q, r.nh, r.d, true, tmp);
+  reorder_dims<V, S>(r.acc, r.nh, r.d, true, tmp);
+  int64_t chunk[2][W];
+  int32_t u = 0, i = 0;
+  int n_next = next_chunk<V>(r, u, i, chunk[0]);
+  for (int c = 0; n_next > 0; c ^= 1) {
+    const int64_t* rows = chunk[c];
+    const int n = n_next;
+    n_next = next_chunk<V>(r, u, i, chunk[c ^ 1]);
+    if (r.prefetch) prefetch_rows<S>(r, chunk[c ^ 1], n_next);
+    for_head_blocks<V, S>(r, rows, n, tile, p, alpha, true);
+    for (int h = 0; h < r.nh; ++h) {
+      const F s = V::first(V::row_sums(tile + int64_t(h) * W * W), n, kNegInf);
+      const float m_old = r.m[h];
+      const float s_max = V::hmax(s);
+      const float m_new = m_old > s_max ? m_old : s_max;
+      // exp(-inf - m) is exp of the clamped argument, ~1e-38, and multiplies l = acc = 0.
+      const F e = V::first(V::exp(V::sub(s, V::set1(m_new))), n, 0.f);
+      V::storef(p + h * W, e);
+      const float a = V::exp1(m_old - m_new);
+      alpha[h] = a;
+      r.l[h] = r.l[h] * a + V::hsum(e);
+      r.m[h] = m_new;
+    }
+    for_head_blocks<V, S>(r, rows, n, tile, p, alpha, false);
+  }
+  reorder_dims<V, S>(r.acc, r.nh, r.d, false, tmp);
+}
+
+// The entry point of one variant: dispatch on the storage type.
+template <class V>
+void decode_rows_any(const DecodeRows& r) {
+  switch (r.kv) {
+    case KvStorage::kF32: decode_rows<V, KvStorage::kF32>(r); break;
+    case KvStorage::kBf16: decode_rows<V, KvStorage::kBf16>(r); break;
+    case KvStorage::kF16: decode_rows<V, KvStorage::kF16>(r); break;
+  }
+}
+
+}  // namespace sieve::kernels::cpu::simd
