@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_test_cases.hpp"
@@ -194,26 +195,30 @@ class AttentionCpuDecodeIsa : public testing::TestWithParam<CpuIsa> {
 
  public:
   static std::string isa_name(CpuIsa isa) {
-    return isa == CpuIsa::kAvx512 ? "AVX-512" : isa == CpuIsa::kAvx2 ? "AVX2" : "portable";
+    return isa == CpuIsa::kAvx512Bf16 ? "AVX-512 BF16"
+           : isa == CpuIsa::kAvx512   ? "AVX-512"
+           : isa == CpuIsa::kAvx2     ? "AVX2"
+                                      : "portable";
   }
 };
 
 TEST_P(AttentionCpuDecodeIsa, GroupsHeadDimsPageSizes) {
   // Bundles of 1-8 heads (head blocks of 4 and a remainder), head dims of 1-8 vectors (odd
   // counts: a vector outside bf16's pairs) and none, pages shorter and longer than a chunk of keys
-  // (chunks then span pages); f32 and bf16 (read in pairs of vectors, dims reordered).
+  // (chunks then span pages); f32, bf16 K/V (read in pairs of vectors, dims reordered) and bf16
+  // q, K/V and output (the BF16 dot products where the CPU has them).
   struct Geo {
     int32_t hq, hkv, d, ps;
   };
-  for (DLDataType kv : {kF32, kBF16})
+  for (auto [kv, qo] : {std::pair{kF32, kF32}, std::pair{kBF16, kF32}, std::pair{kBF16, kBF16}})
     for (Geo g : {Geo{8, 8, 128, 16}, Geo{8, 4, 64, 16}, Geo{8, 2, 128, 32}, Geo{8, 1, 16, 64},
                   Geo{6, 1, 128, 5}, Geo{3, 1, 64, 1}, Geo{10, 2, 32, 3}, Geo{4, 2, 8, 16},
                   Geo{4, 1, 24, 7}, Geo{5, 1, 48, 16}, Geo{4, 2, 12, 16}}) {
       SCOPED_TRACE(std::to_string(g.hq) + "q/" + std::to_string(g.hkv) + "kv, head_dim " +
                    std::to_string(g.d) + ", page_size " + std::to_string(g.ps) + ", kv " +
-                   dtype_name(kv));
+                   dtype_name(kv) + ", q/out " + dtype_name(qo));
       Workload w(make_spec(g.hq, g.hkv, g.d, g.ps, kDecodeLens, SIEVE_PHASE_DECODE, {},
-                           uint64_t(g.hq * 1000 + g.d * 10 + g.ps), kv));
+                           uint64_t(g.hq * 1000 + g.d * 10 + g.ps), kv, qo));
       w.request_lse();
       w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
       expect_matches_reference(w, options());
@@ -251,11 +256,12 @@ TEST_P(AttentionCpuDecodeIsa, QRowsSubset) { decode_q_rows_subset(expect()); }
 TEST_P(AttentionCpuDecodeIsa, ExplicitScale) { decode_explicit_scale(expect()); }
 
 INSTANTIATE_TEST_SUITE_P(Isa, AttentionCpuDecodeIsa,
-                         testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512,
+                                         CpuIsa::kAvx512Bf16),
                          [](const testing::TestParamInfo<CpuIsa>& i) {
-                           return i.param == CpuIsa::kAvx512 ? std::string("Avx512")
-                                  : i.param == CpuIsa::kAvx2 ? std::string("Avx2")
-                                                             : std::string("Portable");
+                           std::string n = AttentionCpuDecodeIsa::isa_name(i.param);
+                           std::erase_if(n, [](char ch) { return ch == '-' || ch == ' '; });
+                           return n;
                          });
 
 // ---- prefill ------------------------------------------------------------------------------------

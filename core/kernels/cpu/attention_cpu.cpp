@@ -253,9 +253,10 @@ void softmax_update(int nk, const int32_t* kpos, int32_t qpos, int d, float* sr,
 }
 
 // A decode item's pages through the SIMD kernel: the bundle's state (w.m, w.l, w.acc, freshly
-// initialised) continues over pages[0, n). Decode's one query sits at the sequence's last
+// initialised) continues over pages[0, n); `token` is the item's query. Decode's one query sits at the sequence's last
 // position, so every key of every visited page is visible.
-void decode_simd(const Call& c, const Item& it, const int32_t* pages, int32_t n, Scratch& w) {
+void decode_simd(const Call& c, const Item& it, int32_t token, const int32_t* pages, int32_t n,
+                 Scratch& w) {
   for (int32_t u = 0; u < n; ++u) {
     w.slabs[size_t(u)] = c.slab(it.b, pages[u], it.g);
     w.page_tokens[size_t(u)] = c.page_tokens(it.b, pages[u]);
@@ -277,8 +278,13 @@ void decode_simd(const Call& c, const Item& it, const int32_t* pages, int32_t n,
   r.acc = w.acc.data();
   r.scratch = w.simd_scratch();
   r.prefetch = c.prefetch;
+  if (c.decode_isa == CpuIsa::kAvx512Bf16) {  // q as stored; one decode token per item
+    r.q_bf16 = static_cast<const uint16_t*>(c.q) + (int64_t(token) * c.s.hq + it.h0) * c.s.d;
+    r.score_scale = c.s.scale;
+  }
 #ifdef SIEVE_X86_DECODE
-  if (c.decode_isa == CpuIsa::kAvx512) cpu::decode_rows_avx512(r);
+  if (c.decode_isa == CpuIsa::kAvx512Bf16) cpu::decode_rows_avx512_bf16(r);
+  else if (c.decode_isa == CpuIsa::kAvx512) cpu::decode_rows_avx512(r);
   else cpu::decode_rows_avx2(r);
 #endif
 }
@@ -312,7 +318,7 @@ void run_item(const Call& c, const Item& it, const int32_t* tokens, Scratch& w) 
   const bool gemm = c.gemm && M >= kBlasMinRows;
   float* sc = w.s.data();
   if (c.decode_isa != CpuIsa::kPortable) {  // decode: one token, every key of the pages visible
-    decode_simd(c, it, pages + v_begin, v_end - v_begin, w);
+    decode_simd(c, it, toks[0], pages + v_begin, v_end - v_begin, w);
   } else {
     for (int32_t v = v_begin; v < v_end; v += c.pages_per_tile) {
       const KeyTile t = gather_keys(c, it, pages + v, std::min(c.pages_per_tile, v_end - v), w);
@@ -453,7 +459,9 @@ sieve_status check_isa(CpuIsa isa, std::string* error) {
   if (cpu_isa_available(isa)) return SIEVE_OK;
   return fail(error, SIEVE_ERR_UNSUPPORTED,
               std::string("options.isa: this CPU (or build) has no ") +
-                  (isa == CpuIsa::kAvx512 ? "AVX-512F/BW with FMA and F16C" : "AVX2 with FMA and F16C"));
+                  (isa == CpuIsa::kAvx512Bf16 ? "AVX-512F/BW/BF16 with FMA and F16C"
+                   : isa == CpuIsa::kAvx512   ? "AVX-512F/BW with FMA and F16C"
+                                              : "AVX2 with FMA and F16C"));
 }
 
 // Per-call buffers of the calling thread (reused across calls).
@@ -467,13 +475,18 @@ struct CallBuffers {
   std::vector<Item> items;      // units x KV splits
 };
 
-// The decode kernel for `allowed` (validated as available) and head dim d: the widest allowed
-// whose vector width divides d.
-CpuIsa decode_isa(CpuIsa allowed, int32_t d) {
-  const bool avx512 = allowed == CpuIsa::kAvx512 ||
+// The decode kernel for `allowed` (validated as available) and the call: the widest allowed that
+// takes its dtypes and whose vector width divides its head dim.
+CpuIsa decode_isa(CpuIsa allowed, const AttentionShape& s, DLDataType q_dt, DLDataType kv_dt) {
+  const int32_t d = s.d;
+  const bool bf16 = allowed == CpuIsa::kAvx512Bf16 ||
+                    (allowed == CpuIsa::kAuto && cpu_isa_available(CpuIsa::kAvx512Bf16));
+  const bool avx512 = bf16 || allowed == CpuIsa::kAvx512 ||
                       (allowed == CpuIsa::kAuto && cpu_isa_available(CpuIsa::kAvx512));
   const bool avx2 = avx512 || allowed == CpuIsa::kAvx2 ||
                     (allowed == CpuIsa::kAuto && cpu_isa_available(CpuIsa::kAvx2));
+  const bool all_bf16 = q_dt.code == kDLBfloat && kv_dt.code == kDLBfloat;
+  if (bf16 && all_bf16 && d % 32 == 0) return CpuIsa::kAvx512Bf16;
   if (avx512 && d % 16 == 0) return CpuIsa::kAvx512;
   if (avx2 && d % 8 == 0) return CpuIsa::kAvx2;
   return CpuIsa::kPortable;
@@ -519,7 +532,7 @@ void bind(const sieve_attention_args& a, const CpuAttentionOptions& opt, CallBuf
 
   const int nh = !s.dense && s.sel_heads == SIEVE_SEL_PER_Q_HEAD ? 1 : s.group;
   c.gemm = opt.use_blas && s.prefill && s.d >= kBlasMinHeadDim;
-  c.decode_isa = s.prefill ? CpuIsa::kPortable : decode_isa(opt.isa, s.d);
+  c.decode_isa = s.prefill ? CpuIsa::kPortable : decode_isa(opt.isa, s, c.q_dt, c.kv_dt);
   c.prefetch = opt.prefetch;
   c.pages_per_tile = s.prefill ? std::max(1, kTileKeys / s.page_size) : 1;
   const int64_t tile_keys = int64_t(c.pages_per_tile) * s.page_size;
@@ -660,10 +673,12 @@ bool cpu_isa_available(CpuIsa isa) {
                            __builtin_cpu_supports("f16c");
   static const bool avx512 =
       avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool avx512_bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+  if (isa == CpuIsa::kAvx512Bf16) return avx512_bf16;
   if (isa == CpuIsa::kAvx2) return avx2;
   if (isa == CpuIsa::kAvx512) return avx512;
 #else
-  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) return false;
+  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512 || isa == CpuIsa::kAvx512Bf16) return false;
 #endif
   return true;
 }

@@ -12,6 +12,8 @@ struct Avx2 {
   using F = __m256;
   static constexpr int W = 8;
   static constexpr int kDimBlock = 2;  // 16 registers: 4 heads x 2 vectors of accumulators
+  // keys per pass of the scores: 4 x 2 accumulators, 4 q and 4 k vectors
+  static constexpr int kScoreKeys = 2;
 
   static F zero() { return _mm256_setzero_ps(); }
   static F set1(float x) { return _mm256_set1_ps(x); }

@@ -5,8 +5,8 @@
 //
 // Keys are taken W (= V::W, the lane count) at a time, in order across page boundaries, as a
 // list of row offsets. Per chunk:
-//   1. scores: two keys at a time, each key row widened once into registers and multiplied with
-//      up to four heads' queries (2 x 4 independent FMA chains); each (head, key) leaves a vector
+//   1. scores: a few keys at a time, each key row widened once into registers and multiplied with
+//      up to four heads' queries (keys x heads independent FMA chains); each (head, key) leaves a vector
 //      of partial sums in a W x W tile, and one transposing add tree turns the tile into the
 //      head's W scores;
 //   2. online softmax in vectors: new maximum, the W weights exp(s - m) (a vector exp), the
@@ -48,42 +48,42 @@ inline int next_chunk(const DecodeRows& r, int32_t& u, int32_t& i, int64_t* rows
 }
 
 // Partial dot products of heads [h0, h0 + H) with keys rows[0, n): tile[h][t] (W lanes) sums to
-// q_h . k_t.
+// q_h . k_t. T = V::kScoreKeys keys per pass, q and k vectors loaded into registers once per
+// (head, key) block: H x T independent FMA chains for H + T loads (a key past n repeats the last
+// one; its partials are not stored).
 template <class V, KvStorage S, int H>
 inline void score_partials(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile) {
   using F = typename V::F;
-  constexpr int W = V::W;
+  constexpr int W = V::W, T = V::kScoreKeys;
   const int nv = r.d / W;
   const float* q = r.q + int64_t(h0) * r.d;
-  for (int t = 0; t < n; t += 2) {
-    const int64_t o0 = rows[t], o1 = rows[t + 1 < n ? t + 1 : t];
-    F a0[H], a1[H];
-    for (int h = 0; h < H; ++h) a0[h] = a1[h] = V::zero();
+  for (int t0 = 0; t0 < n; t0 += T) {
+    int64_t o[T];
+    for (int t = 0; t < T; ++t) o[t] = rows[t0 + t < n ? t0 + t : n - 1];
+    F a[H][T];
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < T; ++t) a[h][t] = V::zero();
     int j = 0;
     for (; j + 2 <= nv; j += 2) {
-      F k0[2], k1[2];
-      V::template load2<S>(r.k, o0 + int64_t(j) * W, k0);
-      V::template load2<S>(r.k, o1 + int64_t(j) * W, k1);
-      for (int h = 0; h < H; ++h)
-        for (int e = 0; e < 2; ++e) {
-          const F x = V::loadf(q + int64_t(h) * r.d + (j + e) * W);
-          a0[h] = V::fma(x, k0[e], a0[h]);
-          a1[h] = V::fma(x, k1[e], a1[h]);
-        }
+      F k[T][2];
+      for (int t = 0; t < T; ++t) V::template load2<S>(r.k, o[t] + int64_t(j) * W, k[t]);
+      for (int e = 0; e < 2; ++e) {
+        F x[H];
+        for (int h = 0; h < H; ++h) x[h] = V::loadf(q + int64_t(h) * r.d + (j + e) * W);
+        for (int h = 0; h < H; ++h)
+          for (int t = 0; t < T; ++t) a[h][t] = V::fma(x[h], k[t][e], a[h][t]);
+      }
     }
     for (; j < nv; ++j) {
-      const F k0 = V::template load<S>(r.k, o0 + int64_t(j) * W);
-      const F k1 = V::template load<S>(r.k, o1 + int64_t(j) * W);
-      for (int h = 0; h < H; ++h) {
-        const F x = V::loadf(q + int64_t(h) * r.d + j * W);
-        a0[h] = V::fma(x, k0, a0[h]);
-        a1[h] = V::fma(x, k1, a1[h]);
-      }
+      F k[T], x[H];
+      for (int t = 0; t < T; ++t) k[t] = V::template load<S>(r.k, o[t] + int64_t(j) * W);
+      for (int h = 0; h < H; ++h) x[h] = V::loadf(q + int64_t(h) * r.d + j * W);
+      for (int h = 0; h < H; ++h)
+        for (int t = 0; t < T; ++t) a[h][t] = V::fma(x[h], k[t], a[h][t]);
     }
     for (int h = 0; h < H; ++h) {
       float* th = tile + int64_t(h0 + h) * W * W;
-      V::storef(th + t * W, a0[h]);
-      if (t + 1 < n) V::storef(th + (t + 1) * W, a1[h]);
+      for (int t = 0; t < T && t0 + t < n; ++t) V::storef(th + (t0 + t) * W, a[h][t]);
     }
   }
 }
@@ -128,26 +128,6 @@ inline void accumulate_dims(const DecodeRows& r, const int64_t* rows, int n, int
 }
 
 // Heads in blocks of four (the register budget of both phases).
-template <class V, KvStorage S, int H>
-inline void head_block(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile,
-                       const float* p, const float* alpha, bool scores) {
-  if (scores) score_partials<V, S, H>(r, rows, n, h0, tile);
-  else accumulate_dims<V, S, H>(r, rows, n, h0, p, alpha);
-}
-
-template <class V, KvStorage S>
-inline void for_head_blocks(const DecodeRows& r, const int64_t* rows, int n, float* tile,
-                            const float* p, const float* alpha, bool scores) {
-  int h0 = 0;
-  for (; h0 + 4 <= r.nh; h0 += 4) head_block<V, S, 4>(r, rows, n, h0, tile, p, alpha, scores);
-  switch (r.nh - h0) {
-    case 3: head_block<V, S, 3>(r, rows, n, h0, tile, p, alpha, scores); break;
-    case 2: head_block<V, S, 2>(r, rows, n, h0, tile, p, alpha, scores); break;
-    case 1: head_block<V, S, 1>(r, rows, n, h0, tile, p, alpha, scores); break;
-    default: break;
-  }
-}
-
 // Storage order (see the top) <-> natural order of the dims of `rows` rows of d floats, through
 // `tmp` (2W floats): only bf16 has one, over the whole blocks of 2W dims.
 template <class V, KvStorage S>
@@ -171,6 +151,47 @@ inline void reorder_dims(float* x, int rows, int d, bool to_storage, float* tmp)
   }
 }
 
+// The products of the kernel with FMAs on f32 vectors: scores from the scaled f32 q, P.V with f32
+// weights. decode_rows takes the two phases from a type like this one.
+template <class V, KvStorage S>
+struct FmaProducts {
+  static constexpr KvStorage kStorage = S;
+  template <int H>
+  static void scores(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile) {
+    score_partials<V, S, H>(r, rows, n, h0, tile);
+  }
+  template <int H>
+  static void accumulate(const DecodeRows& r, const int64_t* rows, int n, int h0, const float* p,
+                         const float* alpha) {
+    accumulate_dims<V, S, H>(r, rows, n, h0, p, alpha);
+  }
+  // q and the accumulators into storage order, or the accumulators back.
+  static void reorder(const DecodeRows& r, bool to_storage, float* tmp) {
+    if (to_storage) reorder_dims<V, S>(r.q, r.nh, r.d, true, tmp);
+    reorder_dims<V, S>(r.acc, r.nh, r.d, to_storage, tmp);
+  }
+};
+
+template <class P, int H>
+inline void head_block(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile,
+                       const float* p, const float* alpha, bool scores) {
+  if (scores) P::template scores<H>(r, rows, n, h0, tile);
+  else P::template accumulate<H>(r, rows, n, h0, p, alpha);
+}
+
+template <class P>
+inline void for_head_blocks(const DecodeRows& r, const int64_t* rows, int n, float* tile,
+                            const float* p, const float* alpha, bool scores) {
+  int h0 = 0;
+  for (; h0 + 4 <= r.nh; h0 += 4) head_block<P, 4>(r, rows, n, h0, tile, p, alpha, scores);
+  switch (r.nh - h0) {
+    case 3: head_block<P, 3>(r, rows, n, h0, tile, p, alpha, scores); break;
+    case 2: head_block<P, 2>(r, rows, n, h0, tile, p, alpha, scores); break;
+    case 1: head_block<P, 1>(r, rows, n, h0, tile, p, alpha, scores); break;
+    default: break;
+  }
+}
+
 // Prefetch of the K and V rows of a chunk into L1.
 template <KvStorage S>
 inline void prefetch_rows(const DecodeRows& r, const int64_t* rows, int n) {
@@ -183,7 +204,7 @@ inline void prefetch_rows(const DecodeRows& r, const int64_t* rows, int n) {
     }
 }
 
-template <class V, KvStorage S>
+template <class V, class P>
 void decode_rows(const DecodeRows& r) {
   using F = typename V::F;
   constexpr int W = V::W;
@@ -192,9 +213,7 @@ void decode_rows(const DecodeRows& r) {
   float* p = tile + int64_t(r.nh) * W * W;           // [nh][W]
   float* alpha = p + int64_t(r.nh) * W;              // [nh]
   float* tmp = alpha + r.nh;                         // [2W]
-  // The caller's q is a scratch copy: reorder it in place.
-  reorder_dims<V, S>(r.q, r.nh, r.d, true, tmp);
-  reorder_dims<V, S>(r.acc, r.nh, r.d, true, tmp);
+  P::reorder(r, true, tmp);
   int64_t chunk[2][W];
   int32_t u = 0, i = 0;
   int n_next = next_chunk<V>(r, u, i, chunk[0]);
@@ -202,10 +221,11 @@ void decode_rows(const DecodeRows& r) {
     const int64_t* rows = chunk[c];
     const int n = n_next;
     n_next = next_chunk<V>(r, u, i, chunk[c ^ 1]);
-    if (r.prefetch) prefetch_rows<S>(r, chunk[c ^ 1], n_next);
-    for_head_blocks<V, S>(r, rows, n, tile, p, alpha, true);
+    if (r.prefetch) prefetch_rows<P::kStorage>(r, chunk[c ^ 1], n_next);
+    for_head_blocks<P>(r, rows, n, tile, p, alpha, true);
+    const F scale = V::set1(r.score_scale);
     for (int h = 0; h < r.nh; ++h) {
-      const F s = V::first(V::row_sums(tile + int64_t(h) * W * W), n, kNegInf);
+      const F s = V::first(V::mul(scale, V::row_sums(tile + int64_t(h) * W * W)), n, kNegInf);
       const float m_old = r.m[h];
       const float s_max = V::hmax(s);
       const float m_new = m_old > s_max ? m_old : s_max;
@@ -217,18 +237,18 @@ void decode_rows(const DecodeRows& r) {
       r.l[h] = r.l[h] * a + V::hsum(e);
       r.m[h] = m_new;
     }
-    for_head_blocks<V, S>(r, rows, n, tile, p, alpha, false);
+    for_head_blocks<P>(r, rows, n, tile, p, alpha, false);
   }
-  reorder_dims<V, S>(r.acc, r.nh, r.d, false, tmp);
+  P::reorder(r, false, tmp);
 }
 
 // The entry point of one variant: dispatch on the storage type.
 template <class V>
 void decode_rows_any(const DecodeRows& r) {
   switch (r.kv) {
-    case KvStorage::kF32: decode_rows<V, KvStorage::kF32>(r); break;
-    case KvStorage::kBf16: decode_rows<V, KvStorage::kBf16>(r); break;
-    case KvStorage::kF16: decode_rows<V, KvStorage::kF16>(r); break;
+    case KvStorage::kF32: decode_rows<V, FmaProducts<V, KvStorage::kF32>>(r); break;
+    case KvStorage::kBf16: decode_rows<V, FmaProducts<V, KvStorage::kBf16>>(r); break;
+    case KvStorage::kF16: decode_rows<V, FmaProducts<V, KvStorage::kF16>>(r); break;
   }
 }
 

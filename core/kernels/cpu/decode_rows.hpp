@@ -24,6 +24,10 @@ struct DecodeRows {
   // [nh, d], already multiplied by the softmax scale; a scratch copy, which the kernel reorders
   // in place (decode_loop.hpp).
   float* q = nullptr;
+  // The bf16-dot variant (decode_rows_avx512_bf16) reads q as stored instead, [nh, d] bf16, and
+  // multiplies the dot products by score_scale; 1 for the others.
+  const uint16_t* q_bf16 = nullptr;
+  float score_scale = 1.f;
   const int64_t* slab = nullptr;  // per visited page: element offset of its [page_size, d] slab
   const int32_t* tokens = nullptr;  // per visited page: keys it holds (all visible)
   int32_t n_pages = 0;
@@ -47,6 +51,9 @@ inline constexpr int64_t decode_scratch_floats(int32_t nh) {
 
 // Vector widths: 16 floats (AVX-512F/BW with F16C), 8 (AVX2, FMA, F16C).
 void decode_rows_avx512(const DecodeRows& r);
+// AVX-512 with AVX512_BF16 dot products, for bf16 q and K/V with d a multiple of 32: q . k exact
+// products summed in f32 (vdpbf16ps), P.V with the weights rounded to bf16.
+void decode_rows_avx512_bf16(const DecodeRows& r);
 void decode_rows_avx2(const DecodeRows& r);
 
 }  // namespace sieve::kernels::cpu

@@ -9,9 +9,12 @@
 namespace sieve::kernels {
 
 // Instruction sets of the decode kernel. kAuto: the widest this CPU has; a named one is the widest
-// allowed, and a head dim that is not a multiple of its lanes (16 floats AVX-512, 8 AVX2) steps
-// down to the next (portable: plain loops the compiler vectorizes for the build's target).
-enum class CpuIsa { kAuto, kPortable, kAvx2, kAvx512 };
+// allowed, and a call it does not fit steps down to the next: kAvx512Bf16 (AVX512_BF16 dot
+// products) takes bf16 q and K/V with head dims that are multiples of 32 and rounds the softmax
+// weights to bf16 for P.V, as the CUDA tensor-core kernels do; kAvx512 head dims that are
+// multiples of 16, kAvx2 of 8; portable: plain loops the compiler vectorizes for the build's
+// target.
+enum class CpuIsa { kAuto, kPortable, kAvx2, kAvx512, kAvx512Bf16 };
 
 // Whether this CPU runs `isa` (kAuto and kPortable: always).
 bool cpu_isa_available(CpuIsa isa);
