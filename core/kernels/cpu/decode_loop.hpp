@@ -232,7 +232,7 @@ void decode_rows(const DecodeRows& r) {
       // exp(-inf - m) is exp of the clamped argument, ~1e-38, and multiplies l = acc = 0.
       const F e = V::first(V::exp(V::sub(s, V::set1(m_new))), n, 0.f);
       V::storef(p + h * W, e);
-      const float a = V::exp1(m_old - m_new);
+      const float a = m_old == m_new ? 1.f : V::exp1(m_old - m_new);  // exp1(0) is 1 too
       alpha[h] = a;
       r.l[h] = r.l[h] * a + V::hsum(e);
       r.m[h] = m_new;
