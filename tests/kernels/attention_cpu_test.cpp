@@ -16,6 +16,7 @@
 
 #include "attention_test_cases.hpp"
 #include "cpu_loops.hpp"  // the kernel's private inner loops (core/kernels/cpu)
+#include "decode_rows.hpp"
 #include "sieve/kernels/attention_cpu.hpp"
 #include "sieve/reference/workload.hpp"
 
@@ -87,6 +88,41 @@ TEST(AttentionCpuLoops, ScoreAndAccumulateRows) {
         EXPECT_NEAR(acc[size_t(i)], want[size_t(i)],
                     tolerance::gamma(nk + 1, tolerance::kF32) * acc_abs[size_t(i)]);
     }
+}
+
+// The SIMD kernels' exp within 2 ulp (the error tests/common/tolerance.hpp allows exp) over the
+// arguments softmax gives it, (-87.3, 0]; 0 gives exactly 1, and -inf about 1e-38 (its weight
+// then multiplies an empty state).
+TEST(AttentionCpuLoops, VectorExpWithinTwoUlp) {
+  using Exp = void (*)(const float*, float*, int64_t);
+  const std::vector<std::pair<CpuIsa, Exp>> variants = {
+#ifdef SIEVE_X86_DECODE
+      {CpuIsa::kAvx512, kernels::cpu::decode_exp_avx512},
+      {CpuIsa::kAvx2, kernels::cpu::decode_exp_avx2},
+#endif
+  };
+  std::vector<float> x;
+  for (float v = -87.3f; v < 0.f; v += 1.37e-4f) x.push_back(v);
+  for (float v : {-1e-30f, -1e-7f, -0.5f, -0.6931472f, -87.33f, -0.f, 0.f}) x.push_back(v);
+  std::vector<float> y(x.size());
+  int ran = 0;
+  for (auto [isa, exp] : variants) {
+    if (!kernels::cpu_isa_available(isa)) continue;
+    ++ran;
+    exp(x.data(), y.data(), int64_t(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want = std::exp(double(x[i]));
+      const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+      ASSERT_LE(std::abs(double(y[i]) - want), 2 * ulp) << "x " << x[i] << ", isa " << int(isa);
+    }
+    EXPECT_EQ(y.back(), 1.f);
+    const float neg_inf = -INFINITY;
+    float tiny = 1.f;
+    exp(&neg_inf, &tiny, 1);
+    EXPECT_GE(tiny, 0.f);
+    EXPECT_LT(tiny, 1e-37f);
+  }
+  if (ran == 0) GTEST_SKIP() << "no SIMD exp on this CPU or build";
 }
 
 // ---- decode -------------------------------------------------------------------------------------

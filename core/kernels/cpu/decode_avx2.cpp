@@ -82,28 +82,31 @@ struct Avx2 {
                          _mm256_permute2f128_ps(y[0], y[1], 0x31));
   }
 
-  // exp(x) as in decode_avx512.cpp, 2^n built in the exponent field (n >= -126 after the clamp).
-  static F exp(F x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, set1(-87.3365f)), set1(88.f));
-    const F n = _mm256_round_ps(_mm256_mul_ps(x, set1(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    F r = _mm256_fnmadd_ps(n, set1(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
-    F y = set1(1.9875691500e-4f);
-    y = fma(y, r, set1(1.3981999507e-3f));
-    y = fma(y, r, set1(8.3334519073e-3f));
-    y = fma(y, r, set1(4.1665795894e-2f));
-    y = fma(y, r, set1(1.6666665459e-1f));
-    y = fma(y, r, set1(5.0000001201e-1f));
-    y = fma(_mm256_mul_ps(y, r), r, _mm256_add_ps(r, set1(1.f)));
+  // exp's pieces (simd::exp in decode_loop.hpp): x rounded to the nearest integer, y * 2^n
+  // built in the exponent field (n in [-126, 127] after exp's clamp).
+  static F clamp(F x, float lo, float hi) { return _mm256_min_ps(_mm256_max_ps(x, set1(lo)), set1(hi)); }
+  static F round(F x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static F fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F scale2(F y, F n) {
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
   }
-  static float exp1(float x) { return _mm256_cvtss_f32(exp(set1(x))); }
+  static float lane0(F x) { return _mm256_cvtss_f32(x); }
 };
 
 }  // namespace
 
 void decode_rows_avx2(const DecodeRows& r) { simd::decode_rows_any<Avx2>(r); }
+
+void decode_exp_avx2(const float* x, float* y, int64_t n) {
+  float in[Avx2::W] = {}, out[Avx2::W];
+  for (int64_t i = 0; i < n; i += Avx2::W) {
+    const int64_t m = n - i < Avx2::W ? n - i : Avx2::W;
+    for (int64_t j = 0; j < m; ++j) in[j] = x[i + j];
+    Avx2::storef(out, simd::exp<Avx2>(Avx2::loadf(in)));
+    for (int64_t j = 0; j < m; ++j) y[i + j] = out[j];
+  }
+}
 
 }  // namespace sieve::kernels::cpu

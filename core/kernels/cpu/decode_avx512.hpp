@@ -79,24 +79,13 @@ struct Avx512 {
                          _mm512_shuffle_f32x4(z[0], z[1], 0xdd));
   }
 
-  // exp(x) for x <= 88 (Cephes expf: Cody-Waite reduction by ln 2, degree-6 polynomial, 2^n
-  // by scalef); about 1 ulp. x below -87.3 (and -inf) gives exp(-87.3).
-  static F exp(F x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, set1(-87.3365f)), set1(88.f));
-    const F n = _mm512_roundscale_ps(_mm512_mul_ps(x, set1(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    F r = _mm512_fnmadd_ps(n, set1(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, set1(-2.12194440e-4f), r);
-    F y = set1(1.9875691500e-4f);
-    y = fma(y, r, set1(1.3981999507e-3f));
-    y = fma(y, r, set1(8.3334519073e-3f));
-    y = fma(y, r, set1(4.1665795894e-2f));
-    y = fma(y, r, set1(1.6666665459e-1f));
-    y = fma(y, r, set1(5.0000001201e-1f));
-    y = fma(_mm512_mul_ps(y, r), r, _mm512_add_ps(r, set1(1.f)));
-    return _mm512_scalef_ps(y, n);
-  }
-  static float exp1(float x) { return _mm512_cvtss_f32(exp(set1(x))); }
+  // exp's pieces (simd::exp in decode_loop.hpp): x rounded to the nearest integer, y * 2^n.
+  static F clamp(F x, float lo, float hi) { return _mm512_min_ps(_mm512_max_ps(x, set1(lo)), set1(hi)); }
+  static F round(F x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static F fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F scale2(F y, F n) { return _mm512_scalef_ps(y, n); }
+  static float lane0(F x) { return _mm512_cvtss_f32(x); }
 };
 
 }  // namespace

@@ -47,6 +47,25 @@ inline int next_chunk(const DecodeRows& r, int32_t& u, int32_t& i, int64_t* rows
   return n;
 }
 
+// exp(x) for x <= 88 (Cephes expf: Cody-Waite reduction by ln 2, a degree-6 polynomial, then
+// 2^n); about 1 ulp. x below -87.3 (and -inf) gives exp(-87.3), ~1e-38.
+template <class V>
+inline typename V::F exp(typename V::F x) {
+  using F = typename V::F;
+  x = V::clamp(x, -87.3365f, 88.f);
+  const F n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
+  F r = V::fnma(n, V::set1(0.693359375f), x);
+  r = V::fnma(n, V::set1(-2.12194440e-4f), r);
+  F y = V::set1(1.9875691500e-4f);
+  y = V::fma(y, r, V::set1(1.3981999507e-3f));
+  y = V::fma(y, r, V::set1(8.3334519073e-3f));
+  y = V::fma(y, r, V::set1(4.1665795894e-2f));
+  y = V::fma(y, r, V::set1(1.6666665459e-1f));
+  y = V::fma(y, r, V::set1(5.0000001201e-1f));
+  y = V::fma(V::mul(y, r), r, V::add(r, V::set1(1.f)));
+  return V::scale2(y, n);
+}
+
 // Partial dot products of heads [h0, h0 + H) with keys rows[0, n): tile[h][t] (W lanes) sums to
 // q_h . k_t. T = V::kScoreKeys keys per pass, q and k vectors loaded into registers once per
 // (head, key) block: H x T independent FMA chains for H + T loads (a key past n repeats the last
@@ -230,9 +249,10 @@ void decode_rows(const DecodeRows& r) {
       const float s_max = V::hmax(s);
       const float m_new = m_old > s_max ? m_old : s_max;
       // exp(-inf - m) is exp of the clamped argument, ~1e-38, and multiplies l = acc = 0.
-      const F e = V::first(V::exp(V::sub(s, V::set1(m_new))), n, 0.f);
+      const F e = V::first(exp<V>(V::sub(s, V::set1(m_new))), n, 0.f);
       V::storef(p + h * W, e);
-      const float a = m_old == m_new ? 1.f : V::exp1(m_old - m_new);  // exp1(0) is 1 too
+      // exp(0) is 1 too
+      const float a = m_old == m_new ? 1.f : V::lane0(exp<V>(V::set1(m_old - m_new)));
       alpha[h] = a;
       r.l[h] = r.l[h] * a + V::hsum(e);
       r.m[h] = m_new;

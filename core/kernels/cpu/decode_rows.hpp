@@ -54,6 +54,10 @@ void decode_rows_avx512(const DecodeRows& r);
 // AVX-512 with AVX512_BF16 dot products, for bf16 q and K/V with d a multiple of 32: q . k exact
 // products summed in f32 (vdpbf16ps), P.V with the weights rounded to bf16.
 void decode_rows_avx512_bf16(const DecodeRows& r);
+
+// The kernels' vector exp (decode_loop.hpp) over x[0, n), for the tests.
+void decode_exp_avx512(const float* x, float* y, int64_t n);
+void decode_exp_avx2(const float* x, float* y, int64_t n);
 void decode_rows_avx2(const DecodeRows& r);
 
 }  // namespace sieve::kernels::cpu
