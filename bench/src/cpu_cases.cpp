@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include <unistd.h>
 
@@ -32,14 +34,25 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Bytes of the last-level cache (32 MiB when the C library does not say).
+// Bytes of the last-level cache: the kernel's (sysfs, as lscpu reads it), else the C library's,
+// else 32 MiB. (glibc's _SC_LEVEL3_CACHE_SIZE reads CPUID, which a VM may fill with the host's.)
 int64_t last_level_cache_bytes() {
-  int64_t b = 0;
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level(dir + "level"), size(dir + "size");
+    int lv = 0;
+    int64_t kb = 0;
+    std::string unit;
+    if (!(level >> lv) || !(size >> kb)) continue;
+    size >> unit;
+    const int64_t bytes = kb << (!unit.empty() && unit[0] == 'M' ? 20 : 10);  // e.g. 32768K
+    if (lv >= 2) best = std::max(best, bytes);
+  }
 #ifdef _SC_LEVEL3_CACHE_SIZE
-  b = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (b <= 0) b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (best <= 0) best = int64_t(sysconf(_SC_LEVEL3_CACHE_SIZE));
 #endif
-  return b > 0 ? b : int64_t(32) << 20;
+  return best > 0 ? best : int64_t(32) << 20;
 }
 
 }  // namespace
