@@ -30,15 +30,16 @@ inline __m512bh pairs(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p
 inline int dot_order_dim(int s) { return s < 16 ? 8 * (s / 4) + s % 4 : 8 * ((s - 16) / 4) + 4 + s % 4; }
 
 // acc[h] of dims [32 j0, 32 (j0 + B)) = alpha_h acc + sum_t p[h][t] v_t, heads [h0, h0 + H).
-template <int H, int B>
+template <int H, int B, int D>
 inline void accumulate_blocks(const DecodeRows& r, const int64_t* rows, int n, int h0, int j0,
                               const uint32_t (*w)[8], const float* alpha) {
   const uint16_t* v = static_cast<const uint16_t*>(r.v);
+  const int d = simd::head_dim<D>(r);
   F a[H][2 * B];
   for (int h = 0; h < H; ++h) {
     const F s = _mm512_set1_ps(alpha[h0 + h]);
     for (int b = 0; b < 2 * B; ++b)
-      a[h][b] = _mm512_mul_ps(s, _mm512_loadu_ps(r.acc + int64_t(h0 + h) * r.d + 32 * j0 + 16 * b));
+      a[h][b] = _mm512_mul_ps(s, _mm512_loadu_ps(r.acc + int64_t(h0 + h) * d + 32 * j0 + 16 * b));
   }
   for (int t = 0; t < n; t += 2) {
     // A missing key t + 1 repeats key t with weight 0 (the weights past n are 0).
@@ -57,9 +58,10 @@ inline void accumulate_blocks(const DecodeRows& r, const int64_t* rows, int n, i
   }
   for (int h = 0; h < H; ++h)
     for (int b = 0; b < 2 * B; ++b)
-      _mm512_storeu_ps(r.acc + int64_t(h0 + h) * r.d + 32 * j0 + 16 * b, a[h][b]);
+      _mm512_storeu_ps(r.acc + int64_t(h0 + h) * d + 32 * j0 + 16 * b, a[h][b]);
 }
 
+template <int D>
 struct Bf16Dot {
   static constexpr KvStorage kStorage = KvStorage::kBf16;
 
@@ -68,8 +70,8 @@ struct Bf16Dot {
   static void scores(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile) {
     constexpr int T = 4;
     const uint16_t* k = static_cast<const uint16_t*>(r.k);
-    const uint16_t* q = r.q_bf16 + int64_t(h0) * r.d;
-    const int nb = r.d / 32;
+    const int d = simd::head_dim<D>(r), nb = d / 32;
+    const uint16_t* q = r.q_bf16 + int64_t(h0) * d;
     for (int t0 = 0; t0 < n; t0 += T) {
       const uint16_t* kt[T];
       for (int t = 0; t < T; ++t) kt[t] = k + rows[t0 + t < n ? t0 + t : n - 1];
@@ -79,7 +81,7 @@ struct Bf16Dot {
       for (int j = 0; j < nb; ++j) {
         __m512bh x[T], y[H];
         for (int t = 0; t < T; ++t) x[t] = pairs(kt[t] + 32 * j);
-        for (int h = 0; h < H; ++h) y[h] = pairs(q + int64_t(h) * r.d + 32 * j);
+        for (int h = 0; h < H; ++h) y[h] = pairs(q + int64_t(h) * d + 32 * j);
         for (int h = 0; h < H; ++h)
           for (int t = 0; t < T; ++t) a[h][t] = _mm512_dpbf16_ps(a[h][t], y[h], x[t]);
       }
@@ -97,10 +99,10 @@ struct Bf16Dot {
     for (int h = 0; h < H; ++h)
       _mm256_store_si256(reinterpret_cast<__m256i*>(w[h]),
                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(p + (h0 + h) * 16)));
-    const int nb = r.d / 32;
+    const int nb = simd::head_dim<D>(r) / 32;
     int j = 0;
-    for (; j + 2 <= nb; j += 2) accumulate_blocks<H, 2>(r, rows, n, h0, j, w, alpha);
-    if (j < nb) accumulate_blocks<H, 1>(r, rows, n, h0, j, w, alpha);
+    for (; j + 2 <= nb; j += 2) accumulate_blocks<H, 2, D>(r, rows, n, h0, j, w, alpha);
+    if (j < nb) accumulate_blocks<H, 1, D>(r, rows, n, h0, j, w, alpha);
   }
 
   // The accumulators into dot order or back; q is read as stored.
@@ -119,6 +121,6 @@ struct Bf16Dot {
 
 }  // namespace
 
-void decode_rows_avx512_bf16(const DecodeRows& r) { simd::decode_rows<Avx512, Bf16Dot>(r); }
+void decode_rows_avx512_bf16(const DecodeRows& r) { simd::decode_rows_for_dim<Avx512, Bf16Dot>(r); }
 
 }  // namespace sieve::kernels::cpu

@@ -47,6 +47,13 @@ inline int next_chunk(const DecodeRows& r, int32_t& u, int32_t& i, int64_t* rows
   return n;
 }
 
+// The head dim: D when the kernel is instantiated for it (64, 128: loops of constant trip count,
+// unrolled, with constant offsets), else the call's.
+template <int D>
+inline int head_dim(const DecodeRows& r) {
+  return D > 0 ? D : r.d;
+}
+
 // exp(x) for x <= 88 (Cephes expf: Cody-Waite reduction by ln 2, a degree-6 polynomial, then
 // 2^n); about 1 ulp. x below -87.3 (and -inf) gives exp(-87.3), ~1e-38.
 template <class V>
@@ -70,12 +77,12 @@ inline typename V::F exp(typename V::F x) {
 // q_h . k_t. T = V::kScoreKeys keys per pass, q and k vectors loaded into registers once per
 // (head, key) block: H x T independent FMA chains for H + T loads (a key past n repeats the last
 // one; its partials are not stored).
-template <class V, KvStorage S, int H>
+template <class V, KvStorage S, int H, int D>
 inline void score_partials(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile) {
   using F = typename V::F;
   constexpr int W = V::W, T = V::kScoreKeys;
-  const int nv = r.d / W;
-  const float* q = r.q + int64_t(h0) * r.d;
+  const int d = head_dim<D>(r), nv = d / W;
+  const float* q = r.q + int64_t(h0) * d;
   for (int t0 = 0; t0 < n; t0 += T) {
     int64_t o[T];
     for (int t = 0; t < T; ++t) o[t] = rows[t0 + t < n ? t0 + t : n - 1];
@@ -88,7 +95,7 @@ inline void score_partials(const DecodeRows& r, const int64_t* rows, int n, int 
       for (int t = 0; t < T; ++t) V::template load2<S>(r.k, o[t] + int64_t(j) * W, k[t]);
       for (int e = 0; e < 2; ++e) {
         F x[H];
-        for (int h = 0; h < H; ++h) x[h] = V::loadf(q + int64_t(h) * r.d + (j + e) * W);
+        for (int h = 0; h < H; ++h) x[h] = V::loadf(q + int64_t(h) * d + (j + e) * W);
         for (int h = 0; h < H; ++h)
           for (int t = 0; t < T; ++t) a[h][t] = V::fma(x[h], k[t][e], a[h][t]);
       }
@@ -96,7 +103,7 @@ inline void score_partials(const DecodeRows& r, const int64_t* rows, int n, int 
     for (; j < nv; ++j) {
       F k[T], x[H];
       for (int t = 0; t < T; ++t) k[t] = V::template load<S>(r.k, o[t] + int64_t(j) * W);
-      for (int h = 0; h < H; ++h) x[h] = V::loadf(q + int64_t(h) * r.d + j * W);
+      for (int h = 0; h < H; ++h) x[h] = V::loadf(q + int64_t(h) * d + j * W);
       for (int h = 0; h < H; ++h)
         for (int t = 0; t < T; ++t) a[h][t] = V::fma(x[h], k[t], a[h][t]);
     }
@@ -108,16 +115,17 @@ inline void score_partials(const DecodeRows& r, const int64_t* rows, int n, int 
 }
 
 // acc[h][dims of vectors j0 .. j0 + B) = alpha_h * acc + sum_t p[h][t] v_t, heads [h0, h0 + H).
-template <class V, KvStorage S, int H, int B>
+template <class V, KvStorage S, int H, int B, int D>
 inline void accumulate(const DecodeRows& r, const int64_t* rows, int n, int h0, int j0,
                        const float* p, const float* alpha) {
   using F = typename V::F;
   constexpr int W = V::W;
+  const int d = head_dim<D>(r);
   F a[H][B];
   for (int h = 0; h < H; ++h) {
     const F s = V::set1(alpha[h0 + h]);
     for (int b = 0; b < B; ++b)
-      a[h][b] = V::mul(s, V::loadf(r.acc + int64_t(h0 + h) * r.d + (j0 + b) * W));
+      a[h][b] = V::mul(s, V::loadf(r.acc + int64_t(h0 + h) * d + (j0 + b) * W));
   }
   for (int t = 0; t < n; ++t) {
     F x[B];
@@ -131,19 +139,19 @@ inline void accumulate(const DecodeRows& r, const int64_t* rows, int n, int h0, 
     }
   }
   for (int h = 0; h < H; ++h)
-    for (int b = 0; b < B; ++b) V::storef(r.acc + int64_t(h0 + h) * r.d + (j0 + b) * W, a[h][b]);
+    for (int b = 0; b < B; ++b) V::storef(r.acc + int64_t(h0 + h) * d + (j0 + b) * W, a[h][b]);
 }
 
-template <class V, KvStorage S, int H>
+template <class V, KvStorage S, int H, int D>
 inline void accumulate_dims(const DecodeRows& r, const int64_t* rows, int n, int h0,
                             const float* p, const float* alpha) {
-  const int nv = r.d / V::W;
+  const int nv = head_dim<D>(r) / V::W;
   int j = 0;
   static_assert(V::kDimBlock % 2 == 0, "dim blocks are whole pairs of vectors");
   for (; j + V::kDimBlock <= nv; j += V::kDimBlock)
-    accumulate<V, S, H, V::kDimBlock>(r, rows, n, h0, j, p, alpha);
-  for (; j + 2 <= nv; j += 2) accumulate<V, S, H, 2>(r, rows, n, h0, j, p, alpha);
-  if (j < nv) accumulate<V, S, H, 1>(r, rows, n, h0, j, p, alpha);
+    accumulate<V, S, H, V::kDimBlock, D>(r, rows, n, h0, j, p, alpha);
+  for (; j + 2 <= nv; j += 2) accumulate<V, S, H, 2, D>(r, rows, n, h0, j, p, alpha);
+  if (j < nv) accumulate<V, S, H, 1, D>(r, rows, n, h0, j, p, alpha);
 }
 
 // Heads in blocks of four (the register budget of both phases).
@@ -172,17 +180,17 @@ inline void reorder_dims(float* x, int rows, int d, bool to_storage, float* tmp)
 
 // The products of the kernel with FMAs on f32 vectors: scores from the scaled f32 q, P.V with f32
 // weights. decode_rows takes the two phases from a type like this one.
-template <class V, KvStorage S>
+template <class V, KvStorage S, int D>
 struct FmaProducts {
   static constexpr KvStorage kStorage = S;
   template <int H>
   static void scores(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile) {
-    score_partials<V, S, H>(r, rows, n, h0, tile);
+    score_partials<V, S, H, D>(r, rows, n, h0, tile);
   }
   template <int H>
   static void accumulate(const DecodeRows& r, const int64_t* rows, int n, int h0, const float* p,
                          const float* alpha) {
-    accumulate_dims<V, S, H>(r, rows, n, h0, p, alpha);
+    accumulate_dims<V, S, H, D>(r, rows, n, h0, p, alpha);
   }
   // q and the accumulators into storage order, or the accumulators back.
   static void reorder(const DecodeRows& r, bool to_storage, float* tmp) {
@@ -262,13 +270,27 @@ void decode_rows(const DecodeRows& r) {
   P::reorder(r, false, tmp);
 }
 
-// The entry point of one variant: dispatch on the storage type.
+// decode_rows with P<D> for the head dims instantiated (64, 128), P<0> for the others.
+template <class V, template <int> class P>
+void decode_rows_for_dim(const DecodeRows& r) {
+  if (r.d == 128) decode_rows<V, P<128>>(r);
+  else if (r.d == 64) decode_rows<V, P<64>>(r);
+  else decode_rows<V, P<0>>(r);
+}
+
+template <class V, KvStorage S>
+struct Fma {
+  template <int D>
+  using Products = FmaProducts<V, S, D>;
+};
+
+// The entry point of one variant: dispatch on the storage type and head dim.
 template <class V>
 void decode_rows_any(const DecodeRows& r) {
   switch (r.kv) {
-    case KvStorage::kF32: decode_rows<V, FmaProducts<V, KvStorage::kF32>>(r); break;
-    case KvStorage::kBf16: decode_rows<V, FmaProducts<V, KvStorage::kBf16>>(r); break;
-    case KvStorage::kF16: decode_rows<V, FmaProducts<V, KvStorage::kF16>>(r); break;
+    case KvStorage::kF32: decode_rows_for_dim<V, Fma<V, KvStorage::kF32>::template Products>(r); break;
+    case KvStorage::kBf16: decode_rows_for_dim<V, Fma<V, KvStorage::kBf16>::template Products>(r); break;
+    case KvStorage::kF16: decode_rows_for_dim<V, Fma<V, KvStorage::kF16>::template Products>(r); break;
   }
 }
 
