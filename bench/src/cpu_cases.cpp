@@ -169,9 +169,11 @@ void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
 
   int64_t call = 0;
   auto next_copy = [&] { kv.indices.data = tables[size_t(call++ % copies)].data(); };
+  kernels::CpuAttentionOptions options;
+  if (c.cpu_portable) options.isa = kernels::CpuIsa::kPortable;
   std::string err;
   next_copy();
-  if (kernels::attend_cpu(args, &err) != SIEVE_OK) {  // warm-up (thread pool, scratch)
+  if (kernels::attend_cpu(args, options, &err) != SIEVE_OK) {  // warm-up (thread pool, scratch)
     out.error = err;
     state.SkipWithError(err.c_str());
     return;
@@ -180,7 +182,7 @@ void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
   for (auto _ : state) {
     next_copy();
     const auto t0 = Clock::now();
-    const sieve_status st = kernels::attend_cpu(args, &err);
+    const sieve_status st = kernels::attend_cpu(args, options, &err);
     const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (st != SIEVE_OK) {
       out.error = err;
