@@ -289,7 +289,8 @@ TEST_P(AttentionCpuDecodeIsa, Bf16BlockSelections) {
   // The same page lists through the bf16 kernels: a bundle per KV head and single heads.
   for (uint32_t heads : {SIEVE_SEL_PER_KV_HEAD, SIEVE_SEL_PER_Q_HEAD}) {
     SCOPED_TRACE("heads " + std::to_string(heads));
-    Workload w(make_spec(8, 2, 128, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, 11 + heads, kBF16, kBF16));
+    Workload w(
+        make_spec(8, 2, 128, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, 11 + heads, kBF16, kBF16));
     w.set_selection(heads, 1, 3, rows_with_an_empty_one(w, heads, 1, 3, 0.5, 6));
     w.request_lse();
     expect_matches_reference(w, options());

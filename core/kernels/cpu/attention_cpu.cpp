@@ -139,7 +139,8 @@ struct Scratch {
   std::vector<float> simd;  // the SIMD decode kernel's scratch, 64-byte aligned inside
 
   float* simd_scratch() {
-    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(simd.data()) + 63) & ~uintptr_t(63));
+    const uintptr_t p = reinterpret_cast<uintptr_t>(simd.data());
+    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
   }
 
   // Sizes every buffer for the call (a no-op once a thread has seen a call this large).
@@ -253,8 +254,8 @@ void softmax_update(int nk, const int32_t* kpos, int32_t qpos, int d, float* sr,
 }
 
 // A decode item's pages through the SIMD kernel: the bundle's state (w.m, w.l, w.acc, freshly
-// initialised) continues over pages[0, n); `token` is the item's query. Decode's one query sits at the sequence's last
-// position, so every key of every visited page is visible.
+// initialised) continues over pages[0, n); `token` is the item's query. Decode's one query sits
+// at the sequence's last position, so every key of every visited page is visible.
 void decode_simd(const Call& c, const Item& it, int32_t token, const int32_t* pages, int32_t n,
                  Scratch& w) {
   for (int32_t u = 0; u < n; ++u) {

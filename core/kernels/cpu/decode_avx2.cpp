@@ -22,7 +22,9 @@ struct Avx2 {
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static __m128 fold(F x) { return _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1)); }
+  static __m128 fold(F x) {
+    return _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  }
   static float hsum(F x) {
     __m128 s = fold(x);
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -64,7 +66,8 @@ struct Avx2 {
 
   // Lanes [0, n) of x, `fill` in the others.
   static F first(F x, int n, float fill) {
-    const F keep = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), set1(float(n)), _CMP_LT_OQ);
+    const F lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    const F keep = _mm256_cmp_ps(lane, set1(float(n)), _CMP_LT_OQ);
     return _mm256_blendv_ps(set1(fill), x, keep);
   }
 
@@ -84,12 +87,15 @@ struct Avx2 {
 
   // exp's pieces (simd::exp in decode_loop.hpp): x rounded to the nearest integer, y * 2^n
   // built in the exponent field (n in [-126, 127] after exp's clamp).
-  static F clamp(F x, float lo, float hi) { return _mm256_min_ps(_mm256_max_ps(x, set1(lo)), set1(hi)); }
+  static F clamp(F x, float lo, float hi) {
+    return _mm256_min_ps(_mm256_max_ps(x, set1(lo)), set1(hi));
+  }
   static F round(F x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static F fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
   static F add(F a, F b) { return _mm256_add_ps(a, b); }
   static F scale2(F y, F n) {
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    const __m256i e = _mm256_slli_epi32(biased, 23);
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
   }
   static float lane0(F x) { return _mm256_cvtss_f32(x); }

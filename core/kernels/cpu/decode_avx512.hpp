@@ -80,8 +80,12 @@ struct Avx512 {
   }
 
   // exp's pieces (simd::exp in decode_loop.hpp): x rounded to the nearest integer, y * 2^n.
-  static F clamp(F x, float lo, float hi) { return _mm512_min_ps(_mm512_max_ps(x, set1(lo)), set1(hi)); }
-  static F round(F x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static F clamp(F x, float lo, float hi) {
+    return _mm512_min_ps(_mm512_max_ps(x, set1(lo)), set1(hi));
+  }
+  static F round(F x) {
+    return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
   static F fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
   static F scale2(F y, F n) { return _mm512_scalef_ps(y, n); }

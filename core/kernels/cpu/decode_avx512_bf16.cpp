@@ -27,7 +27,9 @@ using F = __m512;
 inline __m512bh pairs(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
 // Natural dim of slot s of a 32-dim block in dot order.
-inline int dot_order_dim(int s) { return s < 16 ? 8 * (s / 4) + s % 4 : 8 * ((s - 16) / 4) + 4 + s % 4; }
+inline int dot_order_dim(int s) {
+  return s < 16 ? 8 * (s / 4) + s % 4 : 8 * ((s - 16) / 4) + 4 + s % 4;
+}
 
 // acc[h] of dims [32 j0, 32 (j0 + B)) = alpha_h acc + sum_t p[h][t] v_t, heads [h0, h0 + H).
 template <int H, int B, int D>

@@ -1,16 +1,17 @@
-// The CPU decode kernel, written once over a vector type V (decode_avx512.cpp, decode_avx2.cpp
-// supply V and compile this with their -m flags; V lives in their anonymous namespace, so every
-// instantiation is local to its translation unit). Nothing from the standard library here: see
-// decode_rows.hpp.
+// The CPU decode kernel, written once over a vector type V and a products type P
+// (decode_avx512.cpp, decode_avx2.cpp and decode_avx512_bf16.cpp supply them and compile this
+// with their -m flags; V and P live in their anonymous namespaces, so every instantiation is
+// local to its translation unit). Nothing from the standard library here: see decode_rows.hpp.
 //
 // Keys are taken W (= V::W, the lane count) at a time, in order across page boundaries, as a
 // list of row offsets. Per chunk:
 //   1. scores: a few keys at a time, each key row widened once into registers and multiplied with
-//      up to four heads' queries (keys x heads independent FMA chains); each (head, key) leaves a vector
-//      of partial sums in a W x W tile, and one transposing add tree turns the tile into the
-//      head's W scores;
+//      up to four heads' queries (keys x heads independent FMA chains); each (head, key) leaves a
+//      vector of partial sums in a W x W tile, and one transposing add tree turns the tile into
+//      the head's W scores;
 //   2. online softmax in vectors: new maximum, the W weights exp(s - m) (a vector exp), the
-//      running sum, and the factor the old accumulator is rescaled by;
+//      running sum, and the factor the old accumulator is rescaled by (1 without an exp when the
+//      maximum holds);
 //   3. P.V: for a block of output dims, up to four heads' accumulators sit in registers while
 //      each value row of the chunk is widened once and added with the heads' weights.
 // K and V bytes are read from memory once per chunk; a bundle of more than four heads re-reads
@@ -130,7 +131,8 @@ inline void accumulate(const DecodeRows& r, const int64_t* rows, int n, int h0, 
   for (int t = 0; t < n; ++t) {
     F x[B];
     if constexpr (B % 2 == 0)
-      for (int b = 0; b < B; b += 2) V::template load2<S>(r.v, rows[t] + int64_t(j0 + b) * W, x + b);
+      for (int b = 0; b < B; b += 2)
+        V::template load2<S>(r.v, rows[t] + int64_t(j0 + b) * W, x + b);
     else
       for (int b = 0; b < B; ++b) x[b] = V::template load<S>(r.v, rows[t] + int64_t(j0 + b) * W);
     for (int h = 0; h < H; ++h) {
@@ -288,9 +290,15 @@ struct Fma {
 template <class V>
 void decode_rows_any(const DecodeRows& r) {
   switch (r.kv) {
-    case KvStorage::kF32: decode_rows_for_dim<V, Fma<V, KvStorage::kF32>::template Products>(r); break;
-    case KvStorage::kBf16: decode_rows_for_dim<V, Fma<V, KvStorage::kBf16>::template Products>(r); break;
-    case KvStorage::kF16: decode_rows_for_dim<V, Fma<V, KvStorage::kF16>::template Products>(r); break;
+    case KvStorage::kF32:
+      decode_rows_for_dim<V, Fma<V, KvStorage::kF32>::template Products>(r);
+      break;
+    case KvStorage::kBf16:
+      decode_rows_for_dim<V, Fma<V, KvStorage::kBf16>::template Products>(r);
+      break;
+    case KvStorage::kF16:
+      decode_rows_for_dim<V, Fma<V, KvStorage::kF16>::template Products>(r);
+      break;
   }
 }
 
