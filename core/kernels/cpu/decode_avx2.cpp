@@ -105,14 +105,6 @@ struct Avx2 {
 
 void decode_rows_avx2(const DecodeRows& r) { simd::decode_rows_any<Avx2>(r); }
 
-void decode_exp_avx2(const float* x, float* y, int64_t n) {
-  float in[Avx2::W] = {}, out[Avx2::W];
-  for (int64_t i = 0; i < n; i += Avx2::W) {
-    const int64_t m = n - i < Avx2::W ? n - i : Avx2::W;
-    for (int64_t j = 0; j < m; ++j) in[j] = x[i + j];
-    Avx2::storef(out, simd::exp<Avx2>(Avx2::loadf(in)));
-    for (int64_t j = 0; j < m; ++j) y[i + j] = out[j];
-  }
-}
+void decode_exp_avx2(const float* x, float* y, int64_t n) { simd::exp_all<Avx2>(x, y, n); }
 
 }  // namespace sieve::kernels::cpu

@@ -8,14 +8,6 @@ namespace sieve::kernels::cpu {
 
 void decode_rows_avx512(const DecodeRows& r) { simd::decode_rows_any<Avx512>(r); }
 
-void decode_exp_avx512(const float* x, float* y, int64_t n) {
-  float in[Avx512::W] = {}, out[Avx512::W];
-  for (int64_t i = 0; i < n; i += Avx512::W) {
-    const int64_t m = n - i < Avx512::W ? n - i : Avx512::W;
-    for (int64_t j = 0; j < m; ++j) in[j] = x[i + j];
-    Avx512::storef(out, simd::exp<Avx512>(Avx512::loadf(in)));
-    for (int64_t j = 0; j < m; ++j) y[i + j] = out[j];
-  }
-}
+void decode_exp_avx512(const float* x, float* y, int64_t n) { simd::exp_all<Avx512>(x, y, n); }
 
 }  // namespace sieve::kernels::cpu

@@ -74,6 +74,18 @@ inline typename V::F exp(typename V::F x) {
   return V::scale2(y, n);
 }
 
+// y[i] = exp(x[i]), i < n (the tests' view of exp).
+template <class V>
+void exp_all(const float* x, float* y, int64_t n) {
+  float in[V::W] = {}, out[V::W];
+  for (int64_t i = 0; i < n; i += V::W) {
+    const int64_t m = n - i < V::W ? n - i : V::W;
+    for (int64_t j = 0; j < m; ++j) in[j] = x[i + j];
+    V::storef(out, exp<V>(V::loadf(in)));
+    for (int64_t j = 0; j < m; ++j) y[i + j] = out[j];
+  }
+}
+
 // Partial dot products of heads [h0, h0 + H) with keys rows[0, n): tile[h][t] (W lanes) sums to
 // q_h . k_t. T = V::kScoreKeys keys per pass, q and k vectors loaded into registers once per
 // (head, key) block: H x T independent FMA chains for H + T loads (a key past n repeats the last
