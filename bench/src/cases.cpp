@@ -28,7 +28,7 @@ Case named(Case c) {
   if (c.dense()) std::snprintf(variant, sizeof variant, "dense");
   else std::snprintf(variant, sizeof variant, "sparse%.2f", c.sparsity);
   c.name = std::string(c.backend == Backend::kCuda ? "gpu/" : "cpu/") + c.shape + "/" + variant +
-           (c.tensor_cores ? "" : "/fma");
+           (c.tensor_cores ? "" : "/fma") + (c.cpu_portable ? "/portable" : "");
   if (c.kv_splits) c.name += "/splits" + std::to_string(c.kv_splits);
   if (c.split_min_keys) c.name += "/minkeys" + std::to_string(c.split_min_keys);
   return c;
@@ -113,6 +113,10 @@ std::vector<Case> cpu_cases(bool quick) {
         if (quick && (batch != 1 || ctx != 8192 || dt.bits != 16)) continue;
         c.dtype = dt, c.batch = batch, c.ctx = ctx;
         add_with_sparse(out, c, false);
+        // The portable loops on the dense shape: the in-run baseline of the SIMD kernel.
+        c.sparsity = 0, c.cpu_portable = true;
+        out.push_back(named(c));
+        c.cpu_portable = false;
       }
   return out;
 }

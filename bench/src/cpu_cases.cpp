@@ -1,5 +1,13 @@
 // CPU cases: the same paged workloads in host memory through attend_cpu, timed with a steady
-// clock; the ceiling is a parallel memcpy over the same threads, measured in the same run.
+// clock; the ceiling is a parallel memcpy over the same threads, measured in the same run. The
+// K/V pool holds enough copies of the case's pages that the bytes the calls read (all of K/V
+// dense, the selected blocks sparse) exceed the last-level cache three times before they repeat,
+// and successive calls read successive copies (page tables rotated), so every call reads its K/V
+// from memory as a long decode would. The pool and memcpy's buffers are advised to use transparent
+// huge pages, as a KV cache's one large allocation would be: with 4 KiB pages every 4 KiB K or V
+// slab of a scattered page is a TLB miss, which nested paging in a VM makes costly (measured here:
+// 4 KiB blocks read in random order at 8.7-11 GB/s with 4 KiB pages, 16-24 GB/s with huge pages,
+// under load).
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -8,8 +16,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
+#include <string>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <new>
 
 #include "runner.hpp"
 #include "sieve/kernels/attention_args.hpp"
@@ -26,6 +42,48 @@ uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+// Bytes of the last-level cache: the kernel's (sysfs, as lscpu reads it), else the C library's,
+// else 32 MiB. (glibc's _SC_LEVEL3_CACHE_SIZE reads CPUID, which a VM may fill with the host's.)
+int64_t last_level_cache_bytes() {
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level(dir + "level"), size(dir + "size");
+    int lv = 0;
+    int64_t kb = 0;
+    std::string unit;
+    if (!(level >> lv) || !(size >> kb)) continue;
+    size >> unit;
+    const int64_t bytes = kb << (!unit.empty() && unit[0] == 'M' ? 20 : 10);  // e.g. 32768K
+    if (lv >= 2) best = std::max(best, bytes);
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  if (best <= 0) best = int64_t(sysconf(_SC_LEVEL3_CACHE_SIZE));
+#endif
+  return best > 0 ? best : int64_t(32) << 20;
+}
+
+// Host memory of n bytes, 2 MiB-aligned, advised to use huge pages before anything touches it.
+class PoolBuffer {
+ public:
+  explicit PoolBuffer(size_t n) : bytes_((std::max<size_t>(n, 1) + kHuge - 1) / kHuge * kHuge) {
+    p_ = std::aligned_alloc(kHuge, bytes_);
+    if (!p_) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    madvise(p_, bytes_, MADV_HUGEPAGE);  // advice: without it (or with THP off) 4 KiB pages
+#endif
+  }
+  ~PoolBuffer() { std::free(p_); }
+  PoolBuffer(const PoolBuffer&) = delete;
+  PoolBuffer& operator=(const PoolBuffer&) = delete;
+  unsigned char* data() const { return static_cast<unsigned char*>(p_); }
+
+ private:
+  static constexpr size_t kHuge = size_t(2) << 20;
+  size_t bytes_;
+  void* p_ = nullptr;
+};
 
 }  // namespace
 
@@ -61,9 +119,9 @@ void fill_host_random(void* p, DLDataType dt, int64_t n, uint64_t seed) {
 
 double measure_host_copy_gbs(int threads) {
   const size_t bytes = size_t(1) << 30;  // far past any CPU cache
-  std::vector<unsigned char> a(bytes), b(bytes);
+  PoolBuffer a(bytes), b(bytes);
   fill_host_random(a.data(), kF32, int64_t(bytes / 4), 3);
-  std::fill(b.begin(), b.end(), 1);  // touch the pages before timing
+  std::memset(b.data(), 1, bytes);  // touch the pages before timing
   const size_t chunk = bytes / size_t(std::max(threads, 1));
   std::vector<double> ms;
   for (int rep = 0; rep < 7; ++rep) {
@@ -91,19 +149,27 @@ void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
   std::shuffle(idx.begin(), idx.end(), rng);
   const reference::SelectionRows rows = make_selection(c, 0x5e1 + uint64_t(c.sparsity * 1000));
   out.work = case_work(c, rows);
+  // Copies of the pages, one page table each (copy r: page ids + r * pages).
+  const double read = std::max(out.work.kv_bytes, 1.0);
+  const int64_t copies = std::clamp<int64_t>(int64_t(std::ceil(3.0 * double(last_level_cache_bytes()) / read)), 1, 64);
+  std::vector<std::vector<int32_t>> tables(size_t(copies), idx);
+  for (int64_t r = 0; r < copies; ++r)
+    for (int32_t& id : tables[size_t(r)]) id += int32_t(r * pages);
 
-  HostTensor k({pages, c.hkv, c.page_size, c.d}, c.dtype), v({pages, c.hkv, c.page_size, c.d}, c.dtype);
+  int64_t kv_shape[4] = {pages * copies, c.hkv, c.page_size, c.d};
+  const int64_t kv_numel = kv_shape[0] * kv_shape[1] * kv_shape[2] * kv_shape[3];
+  PoolBuffer k_pool(size_t(kv_numel) * dtype_bytes(c.dtype)), v_pool(size_t(kv_numel) * dtype_bytes(c.dtype));
   HostTensor q({int64_t(c.batch) * nq, c.hq, c.d}, c.dtype), o({int64_t(c.batch) * nq, c.hq, c.d}, c.dtype);
-  fill_host_random(k.dl().data, c.dtype, k.numel(), 1);
-  fill_host_random(v.dl().data, c.dtype, v.numel(), 2);
+  fill_host_random(k_pool.data(), c.dtype, kv_numel, 1);
+  fill_host_random(v_pool.data(), c.dtype, kv_numel, 2);
   fill_host_random(q.dl().data, c.dtype, q.numel(), 3);
   int64_t qo_shape[1] = {c.batch + 1}, idx_shape[1] = {pages}, last_shape[1] = {c.batch};
   sieve_paged_kv kv{};
   kv.hdr = SIEVE_HEADER_INIT(sieve_paged_kv);
   kv.batch = c.batch;
   kv.page_size = c.page_size;
-  kv.k_pages = k.dl();
-  kv.v_pages = v.dl();
+  kv.k_pages = make_view(k_pool.data(), kCpu, c.dtype, 4, kv_shape);
+  kv.v_pages = make_view(v_pool.data(), kCpu, c.dtype, 4, kv_shape);
   kv.indptr = make_view(kvp.data(), kCpu, kI32, 1, qo_shape);
   kv.indices = make_view(idx.data(), kCpu, kI32, 1, idx_shape);
   kv.last_page_len = make_view(last.data(), kCpu, kI32, 1, last_shape);
@@ -133,16 +199,22 @@ void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
     args.selection = &sel;
   }
 
+  int64_t call = 0;
+  auto next_copy = [&] { kv.indices.data = tables[size_t(call++ % copies)].data(); };
+  kernels::CpuAttentionOptions options;
+  if (c.cpu_portable) options.isa = kernels::CpuIsa::kPortable;
   std::string err;
-  if (kernels::attend_cpu(args, &err) != SIEVE_OK) {  // warm-up (thread pool, scratch)
+  next_copy();
+  if (kernels::attend_cpu(args, options, &err) != SIEVE_OK) {  // warm-up (thread pool, scratch)
     out.error = err;
     state.SkipWithError(err.c_str());
     return;
   }
   std::vector<double> ms;
   for (auto _ : state) {
+    next_copy();
     const auto t0 = Clock::now();
-    const sieve_status st = kernels::attend_cpu(args, &err);
+    const sieve_status st = kernels::attend_cpu(args, options, &err);
     const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (st != SIEVE_OK) {
       out.error = err;

@@ -11,10 +11,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_test_cases.hpp"
 #include "cpu_loops.hpp"  // the kernel's private inner loops (core/kernels/cpu)
+#include "decode_rows.hpp"
 #include "sieve/kernels/attention_cpu.hpp"
 #include "sieve/reference/workload.hpp"
 
@@ -23,6 +25,7 @@ namespace {
 
 using kernels::attend_cpu;
 using kernels::CpuAttentionOptions;
+using kernels::CpuIsa;
 using reference::Workload;
 using reference::WorkloadSpec;
 
@@ -85,6 +88,41 @@ TEST(AttentionCpuLoops, ScoreAndAccumulateRows) {
         EXPECT_NEAR(acc[size_t(i)], want[size_t(i)],
                     tolerance::gamma(nk + 1, tolerance::kF32) * acc_abs[size_t(i)]);
     }
+}
+
+// The SIMD kernels' exp within 2 ulp (the error tests/common/tolerance.hpp allows exp) over the
+// arguments softmax gives it, (-87.3, 0]; 0 gives exactly 1, and -inf about 1e-38 (its weight
+// then multiplies an empty state).
+TEST(AttentionCpuLoops, VectorExpWithinTwoUlp) {
+  using Exp = void (*)(const float*, float*, int64_t);
+  const std::vector<std::pair<CpuIsa, Exp>> variants = {
+#ifdef SIEVE_X86_DECODE
+      {CpuIsa::kAvx512, kernels::cpu::decode_exp_avx512},
+      {CpuIsa::kAvx2, kernels::cpu::decode_exp_avx2},
+#endif
+  };
+  std::vector<float> x;
+  for (float v = -87.3f; v < 0.f; v += 1.37e-4f) x.push_back(v);
+  for (float v : {-1e-30f, -1e-7f, -0.5f, -0.6931472f, -87.33f, -0.f, 0.f}) x.push_back(v);
+  std::vector<float> y(x.size());
+  int ran = 0;
+  for (auto [isa, exp] : variants) {
+    if (!kernels::cpu_isa_available(isa)) continue;
+    ++ran;
+    exp(x.data(), y.data(), int64_t(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want = std::exp(double(x[i]));
+      const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+      ASSERT_LE(std::abs(double(y[i]) - want), 2 * ulp) << "x " << x[i] << ", isa " << int(isa);
+    }
+    EXPECT_EQ(y.back(), 1.f);
+    const float neg_inf = -INFINITY;
+    float tiny = 1.f;
+    exp(&neg_inf, &tiny, 1);
+    EXPECT_GE(tiny, 0.f);
+    EXPECT_LT(tiny, 1e-37f);
+  }
+  if (ran == 0) GTEST_SKIP() << "no SIMD exp on this CPU or build";
 }
 
 // ---- decode -------------------------------------------------------------------------------------
@@ -170,6 +208,108 @@ TEST(AttentionCpuDecode, EverySelectionRowEmpty) {
 TEST(AttentionCpuDecode, QRowsSubset) { decode_q_rows_subset(expect_on_cpu); }
 
 TEST(AttentionCpuDecode, ExplicitScale) { decode_explicit_scale(expect_on_cpu); }
+
+// ---- decode, each instruction set forced ------------------------------------------------------
+// Whichever the CPU has runs; the others are skipped with a message. A head dim its vectors do not
+// divide steps down (CpuIsa), so d = 8 and 24 run the AVX2 kernel under kAvx512 and d = 12 the
+// loops under both.
+
+class AttentionCpuDecodeIsa : public testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (!kernels::cpu_isa_available(GetParam()))
+      GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam()) << ": its decode kernel not run";
+  }
+  CpuAttentionOptions options() const {
+    CpuAttentionOptions o;
+    o.isa = GetParam();
+    return o;
+  }
+  attention_test::Expect expect() const {
+    return [o = options()](Workload& w) { expect_matches_reference(w, o); };
+  }
+
+ public:
+  static std::string isa_name(CpuIsa isa) {
+    return isa == CpuIsa::kAvx512Bf16 ? "AVX-512 BF16"
+           : isa == CpuIsa::kAvx512   ? "AVX-512"
+           : isa == CpuIsa::kAvx2     ? "AVX2"
+                                      : "portable";
+  }
+};
+
+TEST_P(AttentionCpuDecodeIsa, GroupsHeadDimsPageSizes) {
+  // Bundles of 1-8 heads (head blocks of 4 and a remainder), head dims of 1-8 vectors (odd
+  // counts: a vector outside bf16's pairs) and none, pages shorter and longer than a chunk of keys
+  // (chunks then span pages); f32, bf16 K/V (read in pairs of vectors, dims reordered) and bf16
+  // q, K/V and output (the BF16 dot products where the CPU has them).
+  struct Geo {
+    int32_t hq, hkv, d, ps;
+  };
+  for (auto [kv, qo] : {std::pair{kF32, kF32}, std::pair{kBF16, kF32}, std::pair{kBF16, kBF16}})
+    for (Geo g : {Geo{8, 8, 128, 16}, Geo{8, 4, 64, 16}, Geo{8, 2, 128, 32}, Geo{8, 1, 16, 64},
+                  Geo{6, 1, 128, 5}, Geo{3, 1, 64, 1}, Geo{10, 2, 32, 3}, Geo{4, 2, 8, 16},
+                  Geo{4, 1, 24, 7}, Geo{5, 1, 48, 16}, Geo{4, 2, 12, 16}}) {
+      SCOPED_TRACE(std::to_string(g.hq) + "q/" + std::to_string(g.hkv) + "kv, head_dim " +
+                   std::to_string(g.d) + ", page_size " + std::to_string(g.ps) + ", kv " +
+                   dtype_name(kv) + ", q/out " + dtype_name(qo));
+      Workload w(make_spec(g.hq, g.hkv, g.d, g.ps, kDecodeLens, SIEVE_PHASE_DECODE, {},
+                           uint64_t(g.hq * 1000 + g.d * 10 + g.ps), kv, qo));
+      w.request_lse();
+      w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+      expect_matches_reference(w, options());
+    }
+}
+
+TEST_P(AttentionCpuDecodeIsa, StorageDtypes) {
+  for (DLDataType kv : {kBF16, kF16}) {
+    SCOPED_TRACE("kv " + dtype_name(kv));
+    Workload w(make_spec(8, 2, 128, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, 7, kv));
+    w.request_lse();
+    expect_matches_reference(w, options());
+    Workload h(make_spec(8, 2, 64, 32, kDecodeLens, SIEVE_PHASE_DECODE, {}, 8, kv, kv));
+    expect_matches_reference(h, options());
+  }
+}
+
+TEST_P(AttentionCpuDecodeIsa, SplitKv) {
+  for (int splits : {3, 7}) {
+    SCOPED_TRACE("splits " + std::to_string(splits));
+    Workload w(make_spec(4, 1, 128, 16, {700, 5}, SIEVE_PHASE_DECODE, {}, 9, kBF16));
+    w.request_lse();
+    CpuAttentionOptions o = options();
+    o.threads = 2;
+    o.kv_splits = splits;
+    expect_matches_reference(w, o);
+  }
+}
+
+TEST_P(AttentionCpuDecodeIsa, BlockSelections) { decode_block_selections(expect()); }
+TEST_P(AttentionCpuDecodeIsa, Bf16BlockSelections) {
+  // The same page lists through the bf16 kernels: a bundle per KV head and single heads.
+  for (uint32_t heads : {SIEVE_SEL_PER_KV_HEAD, SIEVE_SEL_PER_Q_HEAD}) {
+    SCOPED_TRACE("heads " + std::to_string(heads));
+    Workload w(
+        make_spec(8, 2, 128, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, 11 + heads, kBF16, kBF16));
+    w.set_selection(heads, 1, 3, rows_with_an_empty_one(w, heads, 1, 3, 0.5, 6));
+    w.request_lse();
+    expect_matches_reference(w, options());
+  }
+}
+TEST_P(AttentionCpuDecodeIsa, EverySelectionRowEmpty) {
+  decode_every_selection_row_empty(64, expect());
+}
+TEST_P(AttentionCpuDecodeIsa, QRowsSubset) { decode_q_rows_subset(expect()); }
+TEST_P(AttentionCpuDecodeIsa, ExplicitScale) { decode_explicit_scale(expect()); }
+
+INSTANTIATE_TEST_SUITE_P(Isa, AttentionCpuDecodeIsa,
+                         testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512,
+                                         CpuIsa::kAvx512Bf16),
+                         [](const testing::TestParamInfo<CpuIsa>& i) {
+                           std::string n = AttentionCpuDecodeIsa::isa_name(i.param);
+                           std::erase_if(n, [](char ch) { return ch == '-' || ch == ' '; });
+                           return n;
+                         });
 
 // ---- prefill ------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cpu_loops.hpp"
+#include "decode_rows.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/util/tensor.hpp"
 
@@ -77,6 +78,8 @@ struct Call {
   int tile_rows = 1;                   // query rows (tokens x bundle heads) per tile, at most
   int max_pages = 0;                   // pages of the longest sequence
   bool gemm = false;                   // BLAS allowed for this call's prefill tiles
+  CpuIsa decode_isa = CpuIsa::kPortable;  // decode rows: SIMD kernel (decode_rows.hpp) or loops
+  bool prefetch = true;                   // ... with software prefetch
   int n_splits = 1;
 
   int32_t pages(int32_t b) const { return kv_indptr[b + 1] - kv_indptr[b]; }
@@ -131,7 +134,14 @@ void grow(std::vector<T>& v, size_t n) {
 
 struct Scratch {
   std::vector<float> qf, acc, m, l, s, kf, vf, row, pmax;
-  std::vector<int32_t> pages, kpos, qpos, lim;
+  std::vector<int32_t> pages, kpos, qpos, lim, page_tokens;
+  std::vector<int64_t> slabs;
+  std::vector<float> simd;  // the SIMD decode kernel's scratch, 64-byte aligned inside
+
+  float* simd_scratch() {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(simd.data());
+    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+  }
 
   // Sizes every buffer for the call (a no-op once a thread has seen a call this large).
   static Scratch& for_call(const Call& c) {
@@ -151,6 +161,11 @@ struct Scratch {
     grow(w.row, d);
     grow(w.pages, size_t(std::max(c.max_pages, 1)));
     if (c.page_mass) grow(w.pmax, size_t(std::max(c.max_pages, 1)) * size_t(c.s.page_size));
+    if (c.decode_isa != CpuIsa::kPortable) {
+      grow(w.slabs, size_t(std::max(c.max_pages, 1)));
+      grow(w.page_tokens, size_t(std::max(c.max_pages, 1)));
+      grow(w.simd, size_t(cpu::decode_scratch_floats(c.tile_rows)) + 16);
+    }
     return w;
   }
 };
@@ -238,6 +253,43 @@ void softmax_update(int nk, const int32_t* kpos, int32_t qpos, int d, float* sr,
   n_visible = n_vis;
 }
 
+// A decode item's pages through the SIMD kernel: the bundle's state (w.m, w.l, w.acc, freshly
+// initialised) continues over pages[0, n); `token` is the item's query. Decode's one query sits
+// at the sequence's last position, so every key of every visited page is visible.
+void decode_simd(const Call& c, const Item& it, int32_t token, const int32_t* pages, int32_t n,
+                 Scratch& w) {
+  for (int32_t u = 0; u < n; ++u) {
+    w.slabs[size_t(u)] = c.slab(it.b, pages[u], it.g);
+    w.page_tokens[size_t(u)] = c.page_tokens(it.b, pages[u]);
+  }
+  cpu::DecodeRows r;
+  r.k = c.k;
+  r.v = c.v;
+  r.kv = c.kv_dt.bits == 32             ? cpu::KvStorage::kF32
+         : c.kv_dt.code == kDLBfloat ? cpu::KvStorage::kBf16
+                                     : cpu::KvStorage::kF16;
+  r.d = c.s.d;
+  r.nh = it.nh;
+  r.q = w.qf.data();
+  r.slab = w.slabs.data();
+  r.tokens = w.page_tokens.data();
+  r.n_pages = n;
+  r.m = w.m.data();
+  r.l = w.l.data();
+  r.acc = w.acc.data();
+  r.scratch = w.simd_scratch();
+  r.prefetch = c.prefetch;
+  if (c.decode_isa == CpuIsa::kAvx512Bf16) {  // q as stored; one decode token per item
+    r.q_bf16 = static_cast<const uint16_t*>(c.q) + (int64_t(token) * c.s.hq + it.h0) * c.s.d;
+    r.score_scale = c.s.scale;
+  }
+#ifdef SIEVE_X86_DECODE
+  if (c.decode_isa == CpuIsa::kAvx512Bf16) cpu::decode_rows_avx512_bf16(r);
+  else if (c.decode_isa == CpuIsa::kAvx512) cpu::decode_rows_avx512(r);
+  else cpu::decode_rows_avx2(r);
+#endif
+}
+
 void run_item(const Call& c, const Item& it, const int32_t* tokens, Scratch& w) {
   const int d = c.s.d, nh = it.nh, n_tok = it.tok_count, M = n_tok * nh;
   const int32_t* toks = tokens + it.tok_begin;
@@ -266,26 +318,30 @@ void run_item(const Call& c, const Item& it, const int32_t* tokens, Scratch& w) 
 
   const bool gemm = c.gemm && M >= kBlasMinRows;
   float* sc = w.s.data();
-  for (int32_t v = v_begin; v < v_end; v += c.pages_per_tile) {
-    const KeyTile t = gather_keys(c, it, pages + v, std::min(c.pages_per_tile, v_end - v), w);
-    // Scores S = (scale q) · kᵀ, [M, nk].
-    if (gemm)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, t.nk, d, 1.f, qf, d, t.k, d, 0.f,
-                  sc, t.nk);
-    else
-      for (int r = 0; r < M; ++r) score_row(qf + int64_t(r) * d, t.k, t.nk, d, sc + int64_t(r) * t.nk);
+  if (c.decode_isa != CpuIsa::kPortable) {  // decode: one token, every key of the pages visible
+    decode_simd(c, it, toks[0], pages + v_begin, v_end - v_begin, w);
+  } else {
+    for (int32_t v = v_begin; v < v_end; v += c.pages_per_tile) {
+      const KeyTile t = gather_keys(c, it, pages + v, std::min(c.pages_per_tile, v_end - v), w);
+      // Scores S = (scale q) · kᵀ, [M, nk].
+      if (gemm)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, t.nk, d, 1.f, qf, d, t.k, d, 0.f,
+                    sc, t.nk);
+      else
+        for (int r = 0; r < M; ++r) score_row(qf + int64_t(r) * d, t.k, t.nk, d, sc + int64_t(r) * t.nk);
 
-    for (int r = 0; r < M; ++r)
-      softmax_update(t.nk, w.kpos.data(), w.qpos[r / nh], d, sc + int64_t(r) * t.nk, m[r], l[r],
-                     acc + int64_t(r) * d, w.lim[r]);
-
-    // acc += P · V.
-    if (gemm)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, t.nk, 1.f, sc, t.nk, t.v, d,
-                  1.f, acc, d);
-    else
       for (int r = 0; r < M; ++r)
-        accumulate_row(sc + int64_t(r) * t.nk, t.v, w.lim[r], d, acc + int64_t(r) * d);
+        softmax_update(t.nk, w.kpos.data(), w.qpos[r / nh], d, sc + int64_t(r) * t.nk, m[r], l[r],
+                       acc + int64_t(r) * d, w.lim[r]);
+
+      // acc += P · V.
+      if (gemm)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, t.nk, 1.f, sc, t.nk, t.v, d,
+                    1.f, acc, d);
+      else
+        for (int r = 0; r < M; ++r)
+          accumulate_row(sc + int64_t(r) * t.nk, t.v, w.lim[r], d, acc + int64_t(r) * d);
+    }
   }
 
   if (c.n_splits > 1) {  // leave the partial state [acc | m | l]; merge_unit finalises
@@ -400,6 +456,15 @@ sieve_status validate(const sieve_attention_args& a, std::string* error) {
   return SIEVE_OK;
 }
 
+sieve_status check_isa(CpuIsa isa, std::string* error) {
+  if (cpu_isa_available(isa)) return SIEVE_OK;
+  return fail(error, SIEVE_ERR_UNSUPPORTED,
+              std::string("options.isa: this CPU (or build) has no ") +
+                  (isa == CpuIsa::kAvx512Bf16 ? "AVX-512F/BW/BF16 with FMA and F16C"
+                   : isa == CpuIsa::kAvx512   ? "AVX-512F/BW with FMA and F16C"
+                                              : "AVX2 with FMA and F16C"));
+}
+
 // Per-call buffers of the calling thread (reused across calls).
 struct CallBuffers {
   std::vector<int64_t> c_b;
@@ -410,6 +475,23 @@ struct CallBuffers {
   std::vector<Item> units;      // (tokens, bundle) tiles
   std::vector<Item> items;      // units x KV splits
 };
+
+// The decode kernel for `allowed` (validated as available) and the call: the widest allowed that
+// takes its dtypes and whose vector width divides its head dim.
+CpuIsa decode_isa(CpuIsa allowed, const AttentionShape& s, DLDataType q_dt, DLDataType kv_dt) {
+  const int32_t d = s.d;
+  const bool bf16 = allowed == CpuIsa::kAvx512Bf16 ||
+                    (allowed == CpuIsa::kAuto && cpu_isa_available(CpuIsa::kAvx512Bf16));
+  const bool avx512 = bf16 || allowed == CpuIsa::kAvx512 ||
+                      (allowed == CpuIsa::kAuto && cpu_isa_available(CpuIsa::kAvx512));
+  const bool avx2 = avx512 || allowed == CpuIsa::kAvx2 ||
+                    (allowed == CpuIsa::kAuto && cpu_isa_available(CpuIsa::kAvx2));
+  const bool all_bf16 = q_dt.code == kDLBfloat && kv_dt.code == kDLBfloat;
+  if (bf16 && all_bf16 && d % 32 == 0) return CpuIsa::kAvx512Bf16;
+  if (avx512 && d % 16 == 0) return CpuIsa::kAvx512;
+  if (avx2 && d % 8 == 0) return CpuIsa::kAvx2;
+  return CpuIsa::kPortable;
+}
 
 // Points the call at the arguments' memory and sizes its tiles.
 void bind(const sieve_attention_args& a, const CpuAttentionOptions& opt, CallBuffers& buf,
@@ -451,6 +533,8 @@ void bind(const sieve_attention_args& a, const CpuAttentionOptions& opt, CallBuf
 
   const int nh = !s.dense && s.sel_heads == SIEVE_SEL_PER_Q_HEAD ? 1 : s.group;
   c.gemm = opt.use_blas && s.prefill && s.d >= kBlasMinHeadDim;
+  c.decode_isa = s.prefill ? CpuIsa::kPortable : decode_isa(opt.isa, s, c.q_dt, c.kv_dt);
+  c.prefetch = opt.prefetch;
   c.pages_per_tile = s.prefill ? std::max(1, kTileKeys / s.page_size) : 1;
   const int64_t tile_keys = int64_t(c.pages_per_tile) * s.page_size;
   const int rows_cap =
@@ -535,6 +619,7 @@ bool parallel_for(int64_t n, int threads, const Call& c, Body body) {
 sieve_status run(const sieve_attention_args& a, const CpuAttentionOptions& opt,
                  std::string* error) {
   if (sieve_status st = validate(a, error); st != SIEVE_OK) return st;
+  if (sieve_status st = check_isa(opt.isa, error); st != SIEVE_OK) return st;
 #ifdef _OPENMP
   int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
   if (opt.threads <= 0) {
@@ -582,6 +667,22 @@ sieve_status run(const sieve_attention_args& a, const CpuAttentionOptions& opt,
 }
 
 }  // namespace
+
+bool cpu_isa_available(CpuIsa isa) {
+#ifdef SIEVE_X86_DECODE
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  static const bool avx512 =
+      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool avx512_bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+  if (isa == CpuIsa::kAvx512Bf16) return avx512_bf16;
+  if (isa == CpuIsa::kAvx2) return avx2;
+  if (isa == CpuIsa::kAvx512) return avx512;
+#else
+  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512 || isa == CpuIsa::kAvx512Bf16) return false;
+#endif
+  return true;
+}
 
 sieve_status attend_cpu(const sieve_attention_args& args, const CpuAttentionOptions& options,
                         std::string* error) {
