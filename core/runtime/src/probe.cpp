@@ -101,9 +101,9 @@ std::vector<std::string> probe_plugin_files(const std::vector<std::string>& path
   static std::map<FileKey, std::string> cache;
   std::lock_guard<std::mutex> lock(mu);
   std::vector<std::string> answers(paths.size());
-  std::vector<std::string> todo;  // the files a child must load, in order
-  std::vector<size_t> todo_index;
-  std::vector<FileKey> todo_key;
+  std::vector<std::string> pending;  // the files a child must load, in order
+  std::vector<size_t> pending_index;
+  std::vector<FileKey> pending_key;
   for (size_t i = 0; i < paths.size(); ++i) {
     // The file checks read bounded bytes and run no plugin code: no child needed for them.
     if (std::string why = check_elf_file(paths[i]); !why.empty()) {
@@ -126,16 +126,16 @@ std::vector<std::string> probe_plugin_files(const std::vector<std::string>& path
       answers[i] = it->second;
       continue;
     }
-    todo.push_back(paths[i]);
-    todo_index.push_back(i);
-    todo_key.push_back(std::move(key));
+    pending.push_back(paths[i]);
+    pending_index.push_back(i);
+    pending_key.push_back(std::move(key));
   }
   // One child for the lot; after a crash or a hang, a new one for the files after the culprit.
-  std::vector<std::string> got(todo.size(), "?");
-  for (size_t next = 0; next < todo.size();) next = probe_batch(todo, next, host_major, &got) + 1;
-  for (size_t k = 0; k < todo.size(); ++k) {
-    if (got[k] == "?") got[k] = file_name(todo[k]) + ": the probe process gave no answer for it";
-    answers[todo_index[k]] = cache[todo_key[k]] = got[k];
+  std::vector<std::string> got(pending.size(), "?");
+  for (size_t next = 0; next < pending.size();) next = probe_batch(pending, next, host_major, &got) + 1;
+  for (size_t k = 0; k < pending.size(); ++k) {
+    if (got[k] == "?") got[k] = file_name(pending[k]) + ": the probe process gave no answer for it";
+    answers[pending_index[k]] = cache[pending_key[k]] = got[k];
   }
   return answers;
 }
