@@ -898,9 +898,7 @@ int run_policy_bench(const PolicyOptions& o) {
   for (const auto& text : o.chains) {
     runtime::ChainSpec cs;
     std::string error;
-    const size_t eq = text.find('='), paren = text.find('(');
-    const bool bare = eq == std::string::npos || (paren != std::string::npos && eq > paren);
-    if (!runtime::parse_chain_spec(bare ? "*=" + text : text, &cs, &error)) return bad("--chain '" + text + "': " + error);
+    if (!runtime::parse_chain_argument(text, &cs, &error)) return bad("--chain '" + text + "': " + error);
     chains.emplace_back(text, std::move(cs));
   }
 

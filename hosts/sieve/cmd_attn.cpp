@@ -126,8 +126,7 @@ int cmd_attn(int argc, char** argv) {
   for (const auto& text : chains) {
     runtime::ChainSpec cs;
     std::string error;
-    const bool bare = text.find('=') == std::string::npos || text.find('=') > text.find('(');
-    bool ok = chain_file.empty() ? runtime::parse_chain_spec(bare ? "*=" + text : text, &cs, &error)
+    bool ok = chain_file.empty() ? runtime::parse_chain_argument(text, &cs, &error)
                                  : runtime::load_chain_file(chain_file, &cs, &error);
     if (!ok) return report_error(kCmd, error, 1);
     specs.push_back(std::move(cs));

@@ -155,9 +155,7 @@ void merge(AttentionFidelity* into, const AttentionFidelity& a) {
 runtime::ChainSpec parse_chain_argument(const std::string& text) {
   runtime::ChainSpec spec;
   std::string error;
-  const size_t eq = text.find('='), paren = text.find('(');
-  const bool bare = eq == std::string::npos || (paren != std::string::npos && eq > paren);
-  if (!runtime::parse_chain_spec(bare ? "*=" + text : text, &spec, &error))
+  if (!runtime::parse_chain_argument(text, &spec, &error))
     fail(SIEVE_ERR_INVALID_ARGUMENT, error);
   return spec;
 }

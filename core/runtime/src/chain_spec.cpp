@@ -397,6 +397,12 @@ bool parse_chain_file(const std::string& text, const std::string& source, ChainS
   return true;
 }
 
+bool parse_chain_argument(const std::string& text, ChainSpec* out, std::string* error) {
+  const size_t eq = text.find('='), paren = text.find('(');
+  const bool bare = eq == std::string::npos || (paren != std::string::npos && eq > paren);
+  return parse_chain_spec(bare ? "*=" + text : text, out, error);
+}
+
 bool load_chain_file(const std::string& path, ChainSpec* out, std::string* error) {
   std::string text;
   try {  // a regular file of at most 1 MiB (a FIFO would block, /dev/zero never end)

@@ -81,6 +81,9 @@ struct ChainSpec {
 
 // Parse the compact form. On failure *error is one line ("chain spec, col N: ...").
 bool parse_chain_spec(const std::string& text, ChainSpec* out, std::string* error);
+// A chain as a user writes it on a command line: a bare chain without layers
+// ("streaming(window=64)", "quest>dense") means every layer ("*=..."); otherwise parse_chain_spec.
+bool parse_chain_argument(const std::string& text, ChainSpec* out, std::string* error);
 // Parse the file form; `source` names the file in messages.
 bool parse_chain_file(const std::string& text, const std::string& source, ChainSpec* out,
                       std::string* error);
