@@ -104,6 +104,12 @@ typedef struct sieve_geometry {
   int32_t rope_dim;    /* rotated channels per head (== head_dim for Llama) */
 } sieve_geometry;
 
+/* sieve_kv_config embeds a geometry by value, so the embedded one is the 1.0 layout, frozen: were
+ * sieve_geometry ever to grow, this typedef becomes a copy of the 1.0 struct and kv_config's later
+ * fields keep their offsets; the full geometry then travels by pointer (kv_config.geometry_ref,
+ * ABI 1.1). tests/abi/v1_0 pins both sizes. */
+typedef sieve_geometry sieve_geometry_v1_0;
+
 #ifdef __cplusplus
 }
 #endif

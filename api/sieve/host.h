@@ -37,14 +37,14 @@
 #define SIEVE_HOST_H
 
 #include "sieve/abi.h"
-#include "sieve/policy.h"
+#include "sieve/plugin.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define SIEVE_HOST_API_MAJOR 1u
-#define SIEVE_HOST_API_MINOR 0u
+#define SIEVE_HOST_API_MINOR 1u
 
 #if defined(_WIN32)
 #define SIEVE_HOST_API __declspec(dllimport)
@@ -99,6 +99,15 @@ typedef struct sieve_plugin_info {
   const sieve_param_spec* params;            /* schema, n_params entries of params_stride bytes */
   uint32_t n_params;
   uint32_t params_stride;
+  /* ---- host API 1.1 ---- */
+  const sieve_kv_store_descriptor* kv_store_descriptor; /* NULL when it ships no KV store (or a
+                                                           1.0 store without a descriptor) */
+  const sieve_param_spec* kv_store_params;              /* the store's schema */
+  uint32_t n_kv_store_params;
+  uint32_t kv_store_params_stride;
+  const sieve_tool* tools;                              /* tools it ships (plugin.h) */
+  uint32_t n_tools;
+  uint32_t builtin;                                     /* 1: the runtime's own (core stores) */
 } sieve_plugin_info;
 
 /* Fills *info (caller sets info->hdr with SIEVE_HEADER_INIT(sieve_plugin_info)). The pointers
@@ -127,6 +136,15 @@ typedef struct sieve_session_options {
   int32_t pages_per_layer; /* page pool of each layer; 0: max_batch x ceil(max_seq_len / page) */
   int32_t check;           /* 1: check every selection and output (NaN/Inf, page ranges) and name
                               the plugin, layer and hook that broke them; 0: trust the plugins */
+  /* ---- host API 1.1: which KV store (at most one of the three; all NULL: the chain's `kv_store`
+   * line if it has one, else the core's "paged" store) ---- */
+  const char* kv_store;    /* a store by name with parameters, "engine_pool(layout=nhd)" */
+  /* A store table the host brings (not a plugin). With kv_store_instance NULL the session creates
+   * the instance from it and destroys it; with an instance the host created, the session borrows
+   * it (the host destroys it after the session) and it must match the geometry. */
+  const sieve_kv_store_api* kv_store_api;
+  sieve_kv_store* kv_store_instance;
+  sieve_page_release_sink release; /* ENGINE_PAGES stores: where evicted pages go */
 } sieve_session_options;
 
 /* Sets up the KV store (the core's paged store on geometry->device) and every policy instance of
@@ -176,6 +194,13 @@ SIEVE_HOST_API sieve_status sieve_session_end_step(sieve_session* session, uint3
 SIEVE_HOST_API sieve_status sieve_session_synchronize(sieve_session* session);
 /* The cudaStream_t the session enqueues on (NULL on the CPU). */
 SIEVE_HOST_API void* sieve_session_cuda_stream(sieve_session* session);
+/* Host API 1.1. ENGINE_PAGES stores: the host's page pool and page table of one layer for the
+ * call that follows (sieve_session_attend of that layer). Borrowed until that call returns. */
+SIEVE_HOST_API sieve_status sieve_session_bind_pages(sieve_session* session,
+                                                     const sieve_kv_pages* pages);
+/* Host API 1.1. The store the session runs on (name as its descriptor says; "" for a 1.0 store). */
+SIEVE_HOST_API const char* sieve_session_kv_store_name(const sieve_session* session);
+
 /* K/V (and sidecar) bytes resident over all layers. */
 SIEVE_HOST_API sieve_status sieve_session_kv_bytes(sieve_session* session, uint64_t* bytes);
 

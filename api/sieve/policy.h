@@ -43,7 +43,10 @@ typedef struct sieve_param_spec {
 } sieve_param_spec;
 
 /* Validated values, handed to validate/create in schema order, every parameter present
- * (defaults filled in). Strings and lists are borrowed for the duration of the call. */
+ * (defaults filled in). Strings and lists are borrowed for the duration of the call.
+ * Frozen for major 1 (it carries no header, and arrays of it are walked by sizeof): a value of a
+ * later parameter type is carried in these members (text in `s`, numbers in `list`). tests/abi/v1_0
+ * pins its size and offsets. */
 typedef struct sieve_param_value {
   uint32_t type;
   int64_t i;            /* BOOL (0/1), INT, ENUM index */
@@ -98,6 +101,9 @@ typedef struct sieve_policy_descriptor {
    * reach the sparse path, a built-in gate instead of a weights file. NULL or "": defaults. */
   const char* conform_params;
   uint32_t selection_basis; /* sieve_selection_basis */
+  /* sieve_kv_layout_bits of the store views every hook and CUDA/CPU path of this plugin reads
+   * correctly (it honours the view tensors' strides and byte_offset). 0 (1.0): compact HND only. */
+  uint32_t kv_layouts;
 } sieve_policy_descriptor;
 
 /* ---- Per-call context ------------------------------------------------------------------------ */
@@ -134,6 +140,16 @@ typedef struct sieve_step_end {
   const sieve_kv_store_api* kv_api;
 } sieve_step_end;
 
+/* Hooks one instance uses (ABI 1.1, sieve_policy_api.instance_hooks). */
+typedef enum sieve_hook_bits {
+  SIEVE_HOOK_ON_APPEND = 1u << 0,
+  SIEVE_HOOK_SELECT = 1u << 1,
+  SIEVE_HOOK_ATTEND = 1u << 2,
+  SIEVE_HOOK_OBSERVE = 1u << 3,
+  SIEVE_HOOK_CORRECT = 1u << 4,
+  SIEVE_HOOK_END_STEP = 1u << 5
+} sieve_hook_bits;
+
 /* ---- The policy table ------------------------------------------------------------------------ */
 typedef struct sieve_policy_api {
   sieve_header hdr;
@@ -169,6 +185,13 @@ typedef struct sieve_policy_api {
   sieve_status (*correct)(sieve_policy* p, const sieve_layer_call* call,
                           const sieve_selection* selection, DLTensor* out);
   sieve_status (*end_step)(sieve_policy* p, const sieve_step_end* step);
+
+  /* ---- ABI 1.1 ---- */
+  /* The hooks this instance uses (sieve_hook_bits), asked once right after create: a subset of the
+   * table's non-NULL hooks (the host refuses anything else). The host calls only these and
+   * counts only these in chain checks (e.g. an instance whose parameters make it a selector does
+   * not count as an attender). NULL: every non-NULL hook of the table. */
+  uint32_t (*instance_hooks)(const sieve_policy* policy);
 } sieve_policy_api;
 
 #ifdef __cplusplus

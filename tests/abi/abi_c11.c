@@ -15,7 +15,7 @@ _Static_assert(offsetof(sieve_selection, hdr) == 0, "selection starts with its h
 _Static_assert(sizeof(sieve_header) == 8, "header is two uint32");
 
 static sieve_status entry(uint32_t host_major, uint32_t* plugin_major, const sieve_plugin** t) {
-  static const sieve_plugin table = {SIEVE_HEADER_INIT(sieve_plugin), SIEVE_ABI_MAJOR, "c_only", 0, 0};
+  static const sieve_plugin table = {SIEVE_HEADER_INIT(sieve_plugin), SIEVE_ABI_MAJOR, "c_only", 0, 0, 0, 0};
   *plugin_major = SIEVE_ABI_MAJOR;
   *t = host_major >= SIEVE_ABI_MAJOR ? &table : 0;
   return host_major >= SIEVE_ABI_MAJOR ? SIEVE_OK : SIEVE_ERR_VERSION;

@@ -11,6 +11,7 @@
 
 #include "child_process.hpp"
 #include "sieve/runtime/conformance.hpp"
+#include "sieve/util/abi_v1_0.hpp"
 #include "sieve/runtime/params.hpp"
 
 namespace sieve::runtime {
@@ -419,7 +420,7 @@ class StaticChecks {
     bool ok = report("policy_table", check_policy_table(api),
                      "struct_size " + std::to_string(api->hdr.struct_size) + ", minor " +
                          std::to_string(api->hdr.version));
-    if (api->hdr.struct_size < sizeof(sieve_policy_api) || !api->descriptor) {
+    if (api->hdr.struct_size < util::v1_0_size<sieve_policy_api>() || !api->descriptor) {
       skip_rest("the policy table is malformed");
       return false;
     }

@@ -1,6 +1,7 @@
 // Plugin loading: ELF pre-flight (elf_check.cpp), dlopen through Boost.DLL, entry-point
 // negotiation, table checks.
 #include "sieve/runtime/loader.hpp"
+#include "sieve/util/abi_v1_0.hpp"
 #include "sieve/util/status.hpp"
 
 #include <dlfcn.h>
@@ -42,15 +43,7 @@ std::string hex(uint32_t v) {
   return b;
 }
 
-// A table's size in ABI v1.0: its whole struct, except those a later minor grew (a 1.0 plugin's
-// descriptor ends at cuda_graph; the 1.1 fields are read only through SIEVE_HAS_FIELD).
-template <class T>
-constexpr size_t v1_0_size() {
-  if constexpr (std::is_same_v<T, sieve_policy_descriptor>)
-    return offsetof(sieve_policy_descriptor, cuda_graph) + sizeof(uint32_t);
-  else
-    return sizeof(T);
-}
+using util::v1_0_size;
 
 template <class T>
 std::string size_problem(const T* p, const char* what) {
@@ -215,7 +208,7 @@ std::vector<std::string> check_plugin_table(const sieve_plugin* t, uint32_t expe
   auto add = [&](std::vector<std::string> v) { out.insert(out.end(), v.begin(), v.end()); };
   if (t->policy) {
     add(check_policy_table(t->policy));
-    if (t->policy->hdr.struct_size >= sizeof(sieve_policy_api)) {
+    if (t->policy->hdr.struct_size >= v1_0_size<sieve_policy_api>()) {
       if (t->policy->descriptor)
         add(check_policy_descriptor(t->policy->descriptor, t->policy, t->name));
       if (t->policy->params && t->policy->n_params <= kMaxParams)

@@ -310,7 +310,7 @@ static const sieve_policy_api kPolicy = {
     h2o_end_step, /* end_step: evict */
 };
 
-static const sieve_plugin kPlugin = {SIEVE_HEADER_INIT(sieve_plugin), SIEVE_ABI_MAJOR, "h2o", &kPolicy, NULL};
+static const sieve_plugin kPlugin = {SIEVE_HEADER_INIT(sieve_plugin), SIEVE_ABI_MAJOR, "h2o", &kPolicy, NULL, NULL, 0};
 
 /* Major negotiation: always say which major this is; serve any host that speaks it. */
 SIEVE_EXPORT sieve_status sieve_plugin_entry(uint32_t host_major, uint32_t* plugin_major, const sieve_plugin** table) {

@@ -47,6 +47,21 @@ TEST(AbiV1_0, LiveHeadersOnlyAppend) {
   }
 }
 
+// Structs that cannot grow within major 1 keep their exact v1.0 size: sieve_param_value has no
+// header and travels in arrays walked by sizeof; sieve_geometry is embedded by value in
+// sieve_kv_config (abi.h: sieve_geometry_v1_0). Growing either would move what follows them.
+TEST(AbiV1_0, HeaderlessAndEmbeddedStructsNeverGrow) {
+  int checked = 0;
+  for (size_t i = 0; i < sieve_layout_frozen_count; ++i) {
+    const std::string what = sieve_layout_frozen[i].what;
+    if (what == "sizeof(sieve_param_value)" || what == "sizeof(sieve_geometry)") {
+      EXPECT_EQ(sieve_layout_live[i].a, sieve_layout_frozen[i].a) << what << " changed size";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 // What the frozen plugin's tables say about themselves: v1.0 sizes and minor 0.
 TEST(AbiV1_0, FrozenPluginLoadsWithV1_0Tables) {
   LoadedPlugin p;

@@ -3,6 +3,7 @@
 #include <new>
 
 #include "sieve/kv/paged_store_base.hpp"
+#include "sieve/util/abi_v1_0.hpp"
 #include "sieve/util/error.hpp"
 
 namespace sieve::kv {
@@ -48,7 +49,7 @@ const sieve_kv_store_api* make_store_api(const char* name) {
                   sieve_kv_store** out, sieve_reason_sink err) noexcept -> sieve_status {
       if (!out) return report(err, "create: out is null"), SIEVE_ERR_INVALID_ARGUMENT;
       *out = nullptr;
-      if (!config || config->hdr.struct_size < sizeof(sieve_kv_config))
+      if (!config || config->hdr.struct_size < util::v1_0_size<sieve_kv_config>())
         return report(err, "create: config is null or older than this store's v1.0 layout"),
                SIEVE_ERR_VERSION;
       try {
