@@ -26,15 +26,15 @@
 // keeps the shares on the device and ranks the exact tiles there (dpxa_select.cu), attend packs
 // each sequence's key blocks (core/packing's block_pack.cu) and runs cuda/deltax_attend.cu.
 //
-// Hooks: select (prefill), attend. A hook's presence is fixed per plugin, not per instance, so
-// attend exists in both modes; mode=select hands the call to the host's core block-sparse kernel
-// with the arguments the layer runner would have used (the same kernel, the same result).
+// Hooks: select (prefill), attend (mode=deltax only: a mode=select instance declares select alone
+// through instance_hooks, so the host's core block-sparse kernel computes its tiles and the chain
+// checks do not count it as replacing that kernel).
 // CPU: dpxa_math.cpp. CUDA: cuda/dpxa_select.cu (anchors, tile scores,
 // per-row greedy, CSR), all on the host's stream with scratch allocated in create. Both paths
 // share dpxa_tiles.hpp's arithmetic and produce the same selection, except that 16-bit Q/K are
 // scored on tensor cores (f32 sums in the tensor core's order), which can flip a tile whose share
 // ties another's, or τ, to ~1e-6 (docs/methods/dpxa.md).
-// Host services: alloc/free, cuda_stream, log, kernels->attend (mode=select), metric
+// Host services: alloc/free, cuda_stream, log, metric
 // ("dpxa_density": kept / causal tiles, "dpxa_sampled": sampled logits / causal logits; mode=deltax:
 // "deltax_kv_reduction" per q head and layer, "deltax_packed" per layer; all CPU only: on CUDA
 // they would need a stream synchronisation per layer).
@@ -162,6 +162,7 @@ class DpxaPolicy final : public sp::PolicyBase {
     tau_ = float(p.real("tau"));
     per_kv_head_ = p.choice("rows") == 1;
     deltax_ = p.choice("mode") == kDeltax;
+    use_hooks(deltax_ ? SIEVE_HOOK_SELECT | SIEVE_HOOK_ATTEND : SIEVE_HOOK_SELECT);
     exact_top_ = float(p.real("exact_top"));
     pack_threshold_ = float(p.real("pack_threshold"));
     const std::string path(p.text("thresholds"));
@@ -266,30 +267,18 @@ class DpxaPolicy final : public sp::PolicyBase {
     selection.n_rows = int32_t(n_rows);
   }
 
-  // attend exists in both modes (hook presence is per plugin); see the file comment.
+  // mode=deltax only (instance_hooks): a host that calls it for mode=select breaks the ABI.
   void attend(const sieve_layer_call& call, const sieve_selection& selection,
               DLTensor& out) override {
-    if (!deltax_) return core_attend(call, selection, out);
+    if (!deltax_)
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "attend called on a mode=select instance, whose "
+               "instance_hooks name select only");
     check_deltax_call(call, selection);
     if (geometry().device.device_type == kDLCPU) attend_deltax(call, selection, out);
     else attend_deltax_cuda(call, selection, out);
   }
 
  private:
-  // mode=select: the host's block-sparse kernel on the selection, as the layer runner calls it.
-  void core_attend(const sieve_layer_call& call, const sieve_selection& selection,
-                   DLTensor& out) const {
-    sieve_attention_args a{};
-    a.phase = call.phase;
-    a.q = call.q;
-    a.out = &out;
-    a.qo_indptr = call.qo_indptr;
-    a.qo_indptr_host = call.qo_indptr_host;
-    a.kv = call.kv_view;
-    a.selection = &selection;
-    core_kernel_attend(a, "core block-sparse attention failed");
-  }
-
   // mode=deltax, both devices: the selection must be this instance's own of this layer call.
   void check_deltax_call(const sieve_layer_call& call, const sieve_selection& sel) const {
     const sieve_geometry& g = geometry();
