@@ -22,13 +22,13 @@ const ConformCheck* ConformReport::find(const std::string& name) const {
   return nullptr;
 }
 void ConformReport::pass(const std::string& name, const std::string& detail) {
-  checks.push_back({name, true, false, detail});
+  checks.push_back({name, true, false, detail, ""});
 }
 void ConformReport::fail(const std::string& name, const std::string& detail) {
-  checks.push_back({name, false, false, detail});
+  checks.push_back({name, false, false, detail, ""});
 }
 void ConformReport::skip(const std::string& name, const std::string& detail) {
-  checks.push_back({name, false, true, detail});
+  checks.push_back({name, false, true, detail, ""});
 }
 
 ConformReport conform(const std::string& path, const ConformOptions& options) {
@@ -57,6 +57,16 @@ ConformReport conform(const std::string& path, const ConformOptions& options) {
         sink.end();
       },
       "numeric", {}, options, &report);
+  // The store it ships: its table was read in a child by the static part (kv_store_table), so
+  // loading the file here is what discovery's probe-then-load does.
+  LoadedPlugin plugin;
+  std::string err;
+  if (!load_plugin(path, &plugin, &err)) {
+    report.fail("store_table", "loading the plugin for its KV store failed: " + err);
+  } else if (plugin.kv_store()) {
+    for (const auto& store : known_stores({plugin}))
+      if (store.api == plugin.kv_store()) conform_store(store, options, &report);
+  }
   return report;
 }
 

@@ -24,7 +24,7 @@ class ReportSink : public CheckSink {
 class PipeSink : public CheckSink {
  public:
   explicit PipeSink(int fd) : fd_(fd) {}
-  void begin(const std::string& name) override { send('B', {name, false, false, ""}); }
+  void begin(const std::string& name) override { send('B', {name, false, false, "", ""}); }
   void done(const ConformCheck& c) override { send('C', c); }
   void end() override { send('E', {}); }
 

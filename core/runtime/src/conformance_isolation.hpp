@@ -18,9 +18,9 @@ class CheckSink {
   virtual void begin(const std::string& name) = 0;  // a check that calls plugin code starts
   virtual void done(const ConformCheck& check) = 0;
   virtual void end() {}  // the part that was begun finished without a check of that name
-  void pass(const std::string& n, const std::string& d = "") { done({n, true, false, d}); }
-  void fail(const std::string& n, const std::string& d) { done({n, false, false, d}); }
-  void skip(const std::string& n, const std::string& d) { done({n, false, true, d}); }
+  void pass(const std::string& n, const std::string& d = "") { done({n, true, false, d, ""}); }
+  void fail(const std::string& n, const std::string& d) { done({n, false, false, d, ""}); }
+  void skip(const std::string& n, const std::string& d) { done({n, false, true, d, ""}); }
 };
 
 // Runs `body` in a forked child (child_process.hpp) unless options.isolate is off or fork()

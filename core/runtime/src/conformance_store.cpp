@@ -1,0 +1,742 @@
+// The KV-store suite of `sieve conform` (docs/conformance.md, "KV stores"): one store table driven
+// through its C functions on every device it declares, against an f64 reference of every token
+// it was given. Each device runs in a forked child (conformance_isolation.hpp).
+#include <algorithm>
+#include <random>
+
+#include "conformance_isolation.hpp"
+#include "conformance_store_access.hpp"
+#include "conformance_store_engine.hpp"
+#include "sieve/runtime/conformance.hpp"
+#include "sieve/runtime/params.hpp"
+#include "sieve/util/error.hpp"
+#include "sieve/util/tensor.hpp"
+
+namespace sieve::runtime {
+
+namespace {
+
+using namespace store_conform;
+
+constexpr uint32_t kAllDtypes = SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16;
+constexpr const char* kDeviceChecks[] = {"create", "page_table", "round_trip", "sidecars", "eviction",
+                                         "remove", "refusals", "destroy"};
+
+// What a store says it is: its descriptor, or for a 1.0 table (no descriptor) the features its
+// non-NULL functions imply, HND pages, every dtype tried and the devices its lister names.
+struct Traits {
+  uint32_t devices = 0, dtypes = 0, layouts = SIEVE_KV_LAYOUT_HND, features = 0;
+  std::vector<int32_t> page_sizes;  // empty: any
+  bool declared = false;            // a 1.1 descriptor said so
+};
+
+Traits traits_of(const StoreUnderTest& st) {
+  const sieve_kv_store_api* api = st.api;
+  Traits t;
+  const sieve_kv_store_descriptor* d =
+      SIEVE_HAS_FIELD(api, sieve_kv_store_api, descriptor) ? api->descriptor : nullptr;
+  if (d) {
+    t = {d->devices, d->dtypes, d->layouts, d->features, {}, true};
+    if (d->page_sizes) t.page_sizes.assign(d->page_sizes, d->page_sizes + d->n_page_sizes);
+    return t;
+  }
+  t.devices = st.devices_1_0;
+  t.dtypes = kAllDtypes;
+  if (api->register_sidecar && api->sidecar) t.features |= SIEVE_KV_FEATURE_SIDECARS;
+  if (api->evict) t.features |= SIEVE_KV_FEATURE_EVICTION;
+  return t;
+}
+
+const char* device_word(uint32_t bit) { return bit == SIEVE_DEVICE_CUDA ? "cuda" : "cpu"; }
+
+DLDataType dtype_of(uint32_t bit) {
+  return bit == SIEVE_DTYPE_BF16 ? kBF16 : bit == SIEVE_DTYPE_F16 ? kF16 : kF32;
+}
+
+
+// What every store is made with: 2 layers, 4 query heads over 2 KV heads of dim 16, page 16 (or
+// the first listed), f32 (or the first declared dtype), on `device`.
+sieve_geometry suite_geometry(const Traits& t, uint32_t device) {
+  sieve_geometry g{};
+  g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
+  g.n_layers = 2;
+  g.n_q_heads = 4;
+  g.n_kv_heads = 2;
+  g.head_dim = g.rope_dim = 16;
+  const auto& ps = t.page_sizes;
+  g.page_size = ps.empty() || std::find(ps.begin(), ps.end(), 16) != ps.end() ? 16 : ps.front();
+  g.max_batch = 4;
+  g.max_seq_len = 4096;
+  g.kv_dtype = dtype_of(t.dtypes & SIEVE_DTYPE_F32 ? SIEVE_DTYPE_F32 : t.dtypes & SIEVE_DTYPE_F16 ? SIEVE_DTYPE_F16 : SIEVE_DTYPE_BF16);
+  g.device = device == SIEVE_DEVICE_CUDA ? DLDevice{kDLCUDA, 0} : kCpu;
+  g.rope_theta = 10000.f;
+  return g;
+}
+
+// One store instance, destroyed with the object.
+class Instance {
+ public:
+  Instance(const sieve_kv_store_api* api, HostServices& host, const sieve_kv_config& config) : api_(api) {
+    Reasons r;
+    status = api->create(host.table(), &config, &s, r.sink());
+    reason = join(r.lines);
+    if (status != SIEVE_OK) s = nullptr;
+  }
+  ~Instance() {
+    if (s) api_->destroy(s);
+  }
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+  std::string last_error() const {
+    const char* e = s ? api_->last_error(s) : nullptr;
+    return bounded_text(e, 300);
+  }
+
+  sieve_status status = SIEVE_ERR_INTERNAL;
+  std::string reason;
+  sieve_kv_store* s = nullptr;
+
+ private:
+  const sieve_kv_store_api* api_;
+};
+
+// A check's failure: thrown by the scenario helpers below, caught once per check.
+struct CheckFailed {
+  std::string why;
+};
+[[noreturn]] void failed(const std::string& why) { throw CheckFailed{why}; }
+
+class DeviceChecks {
+ public:
+  DeviceChecks(const StoreUnderTest& store, const Traits& traits, uint32_t device, CheckSink& sink)
+      : store_(store), api_(store.api), traits_(traits), device_(device), s_(sink) {
+    geometry_ = suite_geometry(traits, device);
+    page_ = geometry_.page_size;
+    dtype_ = geometry_.kv_dtype;
+  }
+
+  std::string name(const char* check) const { return std::string("store_") + check + "_" + device_word(device_); }
+
+  void run(HostServices& host) {
+    host_ = &host;
+    run_check("create", [&] { return create(); });
+    run_check("page_table", [&] { return scenario(dtype_, false); });
+    run_check("round_trip", [&] { return round_trips(); });
+    run_check("sidecars", [&] { return sidecars(); });
+    run_check("eviction", [&] { return eviction(); });
+    run_check("remove", [&] { return remove(); });
+    run_check("refusals", [&] { return refusals(); });
+    run_check("destroy", [&] { return destroy(); });
+  }
+
+ private:
+  // A check body returns its pass detail, "skip: why" to skip, or throws CheckFailed.
+  template <class F>
+  void run_check(const char* check, F&& body) {
+    const std::string n = name(check);
+    s_.begin(n);
+    try {
+      std::string detail = body();
+      if (detail.rfind("skip: ", 0) == 0) s_.skip(n, detail.substr(6));
+      else s_.pass(n, detail);
+    } catch (const CheckFailed& f) {
+      s_.fail(n, f.why);
+    } catch (const std::exception& e) {
+      s_.fail(n, std::string("conformance harness error: ") + e.what());
+    }
+  }
+
+  sieve_kv_config config(DLDataType dtype, int32_t capacity) {
+    full_ = geometry_;
+    full_.kv_dtype = dtype;
+    sieve_kv_config c{};
+    c.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
+    c.geometry = full_;
+    c.pages_per_layer = capacity;
+    c.keep_pre_rope_k = 0;
+    c.geometry_ref = &full_;
+    c.params = params_.data();
+    c.n_params = params_.size();
+    if (engine_) c.release = engine_->sink();
+    return c;
+  }
+  bool engine() const { return traits_.features & SIEVE_KV_FEATURE_ENGINE_PAGES; }
+  // The store's parameters: schema defaults, and for an ENGINE_PAGES store whose pool layout is
+  // fixed at creation, its enum parameter `layout` set to the layout under test.
+  void set_params() {
+    params_ = ParamValues{};
+    if (!SIEVE_HAS_FIELD(api_, sieve_kv_store_api, n_params) || !api_->n_params) return;
+    const ParamSchema schema(api_->params, api_->n_params);
+    ParamPairs pairs;
+    const int at = schema.find("layout");
+    if (engine() && at >= 0 && schema[uint32_t(at)].type == SIEVE_PARAM_ENUM) pairs.emplace_back("layout", layout_.name());
+    std::vector<std::string> errors;  // the loader checked that the defaults parse
+    if (!parse_params(schema, pairs, &params_, &errors)) failed("the store's parameters: " + join(errors));
+  }
+  Shape shape(DLDataType dtype, int32_t capacity) const {
+    return {geometry_.n_kv_heads, geometry_.head_dim, page_, capacity, dtype, geometry_.device};
+  }
+
+  // Creates the store or fails the check.
+  std::unique_ptr<Instance> make(DLDataType dtype, int32_t capacity) {
+    set_params();
+    engine_.reset();
+    if (engine()) engine_ = std::make_unique<EnginePool>(*host_, shape(dtype, capacity), geometry_.n_layers, layout_);
+    auto inst = std::make_unique<Instance>(api_, *host_, config(dtype, capacity));
+    if (inst->status != SIEVE_OK || !inst->s)
+      failed("create (" + dtype_name(dtype) + ", " + std::to_string(capacity) + " pages per layer) returned " +
+             status_name(inst->status) + (inst->s ? "" : " and no store") + ": " + inst->reason);
+    ref_.clear();
+    return inst;
+  }
+
+  std::vector<int32_t> add(Instance& in, int n) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) {
+      int32_t id = -1;
+      sieve_status st = api_->add_sequence(in.s, &id);
+      if (st != SIEVE_OK) failed("add_sequence returned " + status_name(st) + ": " + in.last_error());
+      if (std::find(ids.begin(), ids.end(), id) != ids.end())
+        failed("add_sequence handed out id " + std::to_string(id) + " twice");
+      ids.push_back(id);
+    }
+    return ids;
+  }
+
+  // Appends counts[b] new tokens to ids[b] in `layer`; on SIEVE_OK the reference grows by them.
+  sieve_status append(Instance& in, int32_t layer, const std::vector<int32_t>& ids, const std::vector<int32_t>& counts) {
+    const int64_t row = int64_t(geometry_.n_kv_heads) * geometry_.head_dim;
+    std::vector<int32_t> indptr{0};
+    for (int32_t c : counts) indptr.push_back(indptr.back() + c);
+    const int64_t n = indptr.back();
+    std::vector<float> k(size_t(n * row)), v(size_t(n * row));
+    std::uniform_real_distribution<float> mag(0.05f, 4.f);
+    for (auto* x : {&k, &v})
+      for (auto& e : *x) e = (rng_() & 1 ? -1.f : 1.f) * mag(rng_);
+    DeviceBuffer dk(*host_, k.size() * 4), dv(*host_, v.size() * 4);
+    dk.upload(k.data(), k.size() * 4);
+    dv.upload(v.data(), v.size() * 4);
+    int64_t shp[3] = {n, geometry_.n_kv_heads, geometry_.head_dim};
+    DLTensor tk = make_view(dk.data(), geometry_.device, kF32, 3, shp);
+    DLTensor tv = make_view(dv.data(), geometry_.device, kF32, 3, shp);
+    sieve_kv_append a{SIEVE_HEADER_INIT(sieve_kv_append), layer, int32_t(ids.size()), ids.data(), indptr.data(),
+                      &tk, &tv, nullptr};
+    std::vector<int32_t> after;  // ENGINE_PAGES: the table holds the tokens after the append
+    if (engine_) {
+      for (size_t b = 0; b < ids.size(); ++b) {
+        after.push_back(engine_->tokens(layer, ids[b]) + counts[b]);
+        if (!engine_->reserve(layer, ids[b], after.back())) failed("the suite's engine pool is too small (a suite bug)");
+      }
+      if (sieve_status st = engine_->bind(api_, in.s, layer, ids, after); st != SIEVE_OK) return st;
+    }
+    const sieve_status st = api_->append(in.s, &a);
+    if (st != SIEVE_OK) return st;
+    if (engine_)
+      for (size_t b = 0; b < ids.size(); ++b) engine_->set_tokens(layer, ids[b], after[b]);
+    for (size_t b = 0; b < ids.size(); ++b) {
+      RefRows& r = ref_[{layer, ids[b]}];
+      r.k.insert(r.k.end(), k.begin() + indptr[b] * row, k.begin() + indptr[b + 1] * row);
+      r.v.insert(r.v.end(), v.begin() + indptr[b] * row, v.begin() + indptr[b + 1] * row);
+    }
+    return st;
+  }
+  void append_ok(Instance& in, int32_t layer, const std::vector<int32_t>& ids, const std::vector<int32_t>& counts) {
+    sieve_status st = append(in, layer, ids, counts);
+    if (st != SIEVE_OK)
+      failed("append of " + std::to_string(counts.size()) + " sequence(s) to layer " + std::to_string(layer) +
+             " returned " + status_name(st) + ": " + in.last_error());
+  }
+
+  // An ENGINE_PAGES store reads the host's table of the layer: bound before every call that reads it.
+  sieve_status bind(Instance& in, int32_t layer, const std::vector<int32_t>& ids) {
+    if (!engine_) return SIEVE_OK;
+    std::vector<int32_t> tokens;
+    for (int32_t id : ids) tokens.push_back(engine_->tokens(layer, id));
+    return engine_->bind(api_, in.s, layer, ids, tokens);
+  }
+  sieve_status do_view(Instance& in, int32_t layer, const std::vector<int32_t>& ids, sieve_paged_kv* out) {
+    if (sieve_status st = bind(in, layer, ids); st != SIEVE_OK) return st;
+    return api_->view(in.s, layer, ids.data(), int32_t(ids.size()), out);
+  }
+  sieve_status do_evict(Instance& in, int32_t layer, int32_t seq, const int32_t* pages, int32_t n, uint64_t* freed) {
+    if (sieve_status st = bind(in, layer, {seq}); st != SIEVE_OK) return st;
+    return api_->evict(in.s, layer, seq, pages, n, freed);
+  }
+  sieve_status do_remove(Instance& in, int32_t seq) {
+    const sieve_status st = api_->remove_sequence(in.s, seq);
+    if (st == SIEVE_OK && engine_) engine_->forget(seq);  // the engine frees a finished request's pages
+    return st;
+  }
+
+  int32_t resident(int32_t layer, int32_t id) {
+    const auto it = ref_.find({layer, id});
+    const int64_t row = int64_t(geometry_.n_kv_heads) * geometry_.head_dim;
+    return it == ref_.end() ? 0 : int32_t(it->second.tokens(row));
+  }
+
+  // view(layer, ids) copied and checked for structure; seq_len of each against the reference;
+  // with `content`, every resident token against the reference.
+  ViewCopy view(Instance& in, int32_t layer, const std::vector<int32_t>& ids, const Shape& sh, bool content,
+                const std::string& when) {
+    std::vector<int32_t> res;
+    for (int32_t id : ids) {
+      int32_t len = -1;
+      sieve_status st = api_->seq_len(in.s, layer, id, &len);
+      if (st != SIEVE_OK) failed(when + ": seq_len(layer " + std::to_string(layer) + ", sequence " + std::to_string(id) +
+                                 ") returned " + status_name(st) + ": " + in.last_error());
+      if (len != resident(layer, id))
+        failed(when + ": seq_len(layer " + std::to_string(layer) + ", sequence " + std::to_string(id) + ") is " +
+               std::to_string(len) + ", " + std::to_string(resident(layer, id)) + " tokens are resident");
+      res.push_back(len);
+    }
+    sieve_paged_kv out{};
+    sieve_status st = do_view(in, layer, ids, &out);
+    if (st != SIEVE_OK) failed(when + ": view of layer " + std::to_string(layer) + " returned " + status_name(st) + ": " + in.last_error());
+    ViewCopy vc;
+    auto bad = copy_view(*host_, out, sh, res, &vc);
+    if (!bad.empty()) failed(when + ", view of layer " + std::to_string(layer) + ": " + join(bad));
+    if (content)
+      for (size_t b = 0; b < ids.size(); ++b) {
+        auto it = ref_.find({layer, ids[b]});
+        if (it == ref_.end()) continue;
+        std::string m = compare_rows(vc, int32_t(b), it->second, sh,
+                                     when + ", layer " + std::to_string(layer) + ", sequence " + std::to_string(ids[b]));
+        if (!m.empty()) failed(m);
+      }
+    return vc;
+  }
+
+  uint64_t bytes(Instance& in) {
+    uint64_t b = 0;
+    sieve_status st = api_->bytes_in_use(in.s, &b);
+    if (st != SIEVE_OK) failed("bytes_in_use returned " + status_name(st) + ": " + in.last_error());
+    return b;
+  }
+
+  // ---- the checks --------------------------------------------------------------------------------
+
+  std::string create() {
+    auto in = make(dtype_, 16);
+    const uint64_t b = bytes(*in);
+    sieve_kv_config bad = config(dtype_, 16);
+    bad.geometry.head_dim = 0;
+    full_.head_dim = 0;
+    Reasons r;
+    sieve_kv_store* s = nullptr;
+    const sieve_status st = api_->create(host_->table(), &bad, &s, r.sink());
+    if (st == SIEVE_OK) {
+      if (s) api_->destroy(s);
+      failed("create accepted head_dim 0");
+    }
+    if (s) failed("create refused head_dim 0 with " + status_name(st) + " but left *out set");
+    if (r.lines.empty() || r.empty_line()) failed("create refused head_dim 0 with " + status_name(st) + " but gave no reason");
+    return "created (" + dtype_name(dtype_) + ", page " + std::to_string(page_) + ", bytes_in_use " + std::to_string(b) +
+           "); head_dim 0 refused: " + status_name(st) + ", \"" + r.lines.front() + "\"";
+  }
+
+  // Ragged sequences appended in ragged batches (orders differ, a sequence absent from a batch,
+  // pages crossed mid-append, decode steps), both layers with their own data; after every
+  // append, views of every sequence and of a reordered subset.
+  std::string scenario(DLDataType dtype, bool content) {
+    const int32_t P = page_;
+    auto in = make(dtype, 32);
+    const Shape sh = shape(dtype, 32);
+    const auto id = add(*in, 3);
+    const int32_t A = id[0], B = id[1], C = id[2];
+    const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> steps = {
+        {{C, A}, {P - 3, 2 * P + 5}}, {{A, B, C}, {1, 5 * P + 1, P + 2}}, {{B, A}, {1, 1}}, {{A, B, C}, {P, 2, 3}}};
+    int step = 0;
+    for (const auto& [ids, counts] : steps) {
+      ++step;
+      for (int32_t layer : {0, 1}) append_ok(*in, layer, ids, counts);
+      const std::string when = "after append " + std::to_string(step);
+      for (int32_t layer : {0, 1}) {
+        view(*in, layer, {A, B, C}, sh, content, when);
+        view(*in, layer, {C, A}, sh, content, when);
+      }
+    }
+    return std::to_string(steps.size()) + " ragged appends to 3 sequences over 2 layers" +
+           (content ? "" : "; indptr, page ids, last_page_len and host mirrors valid after each");
+  }
+
+  // ENGINE_PAGES: every pool layout the descriptor declares; otherwise the store's own pages.
+  std::vector<EngineLayout> layouts_under_test() const {
+    if (!engine()) return {EngineLayout{}};
+    std::vector<EngineLayout> out;
+    if (traits_.layouts & SIEVE_KV_LAYOUT_HND) out.push_back({SIEVE_KV_LAYOUT_HND, 0});
+    if (traits_.layouts & SIEVE_KV_LAYOUT_NHD) out.push_back({SIEVE_KV_LAYOUT_NHD, 0});
+    if (traits_.layouts & SIEVE_KV_LAYOUT_COMBINED) {
+      out.push_back({SIEVE_KV_LAYOUT_COMBINED, 0});
+      out.push_back({SIEVE_KV_LAYOUT_COMBINED, 1});
+    }
+    return out;
+  }
+
+  std::string round_trips() {
+    std::string done;
+    for (uint32_t bit : {SIEVE_DTYPE_F32, SIEVE_DTYPE_F16, SIEVE_DTYPE_BF16}) {
+      if (!(traits_.dtypes & bit)) continue;
+      const DLDataType dt = dtype_of(bit);
+      if (!traits_.declared) {  // a 1.0 table says nothing of its dtypes: one it refuses is not tried
+        Instance probe(api_, *host_, config(dt, 32));
+        if (probe.status != SIEVE_OK) continue;
+      }
+      std::string layouts;
+      for (const EngineLayout& l : layouts_under_test()) {
+        layout_ = l;
+        scenario(dt, true);
+        if (engine()) layouts += std::string(layouts.empty() ? " (" : ", ") + l.name();
+      }
+      layout_ = EngineLayout{};
+      done += (done.empty() ? "" : ", ") + dtype_name(dt) + (layouts.empty() ? "" : layouts + ")") +
+              (bit == SIEVE_DTYPE_F32 ? " exact" : " within one rounding (u = 2^" + std::string(bit == SIEVE_DTYPE_F16 ? "-11" : "-8") + ")");
+    }
+    if (done.empty()) failed("the store refused every dtype");
+    return "every resident token equals the f64 reference: " + done;
+  }
+
+  // Sidecar values are written through the tensor the store hands out; on CUDA via copies.
+  std::vector<float> read_sidecar(const DLTensor& t) {
+    std::vector<float> out(size_t(numel(t)));
+    std::string err;
+    if (!host_->copy(out.data(), kCpu, data_ptr<void>(t), t.device, out.size() * 4, &err)) failed("sidecar read: " + err);
+    return out;
+  }
+  void write_sidecar(const DLTensor& t, const std::vector<float>& values) {
+    std::string err;
+    if (!host_->copy(data_ptr<void>(t), t.device, values.data(), kCpu, values.size() * 4, &err)) failed("sidecar write: " + err);
+  }
+  DLTensor sidecar(Instance& in, int32_t layer, int32_t slot, int32_t elems, int32_t capacity) {
+    DLTensor t{};
+    sieve_status st = api_->sidecar(in.s, layer, slot, &t);
+    if (st != SIEVE_OK) failed("sidecar(layer " + std::to_string(layer) + ", slot " + std::to_string(slot) + ") returned " + status_name(st));
+    if (!t.data || t.ndim != 3 || !t.shape || t.shape[0] < capacity || t.shape[1] != geometry_.n_kv_heads ||
+        t.shape[2] != elems || !same_dtype(t.dtype, kF32) || t.device.device_type != geometry_.device.device_type ||
+        (t.strides && !is_contiguous(t)))
+      failed("sidecar(slot " + std::to_string(slot) + ") is not a contiguous f32 [" + std::to_string(capacity) + "+, " +
+             std::to_string(geometry_.n_kv_heads) + ", " + std::to_string(elems) + "] tensor on the store's device");
+    return t;
+  }
+
+  std::string sidecars() {
+    if (!(traits_.features & SIEVE_KV_FEATURE_SIDECARS)) return "skip: the store has no sidecars";
+    const int32_t P = page_, cap = 6, E = 3;
+    auto in = make(dtype_, cap);
+    const Shape sh = shape(dtype_, cap);
+    sieve_sidecar_desc da{SIEVE_HEADER_INIT(sieve_sidecar_desc), "conform_a", kF32, E};
+    sieve_sidecar_desc db{SIEVE_HEADER_INIT(sieve_sidecar_desc), "conform_b", kF32, 1};
+    int32_t sa = -1, sb = -1, dup = -1;
+    if (sieve_status st = api_->register_sidecar(in->s, &da, &sa); st != SIEVE_OK)
+      failed("register_sidecar(conform_a) returned " + status_name(st) + ": " + in->last_error());
+    if (sieve_status st = api_->register_sidecar(in->s, &db, &sb); st != SIEVE_OK)
+      failed("register_sidecar(conform_b) returned " + status_name(st) + ": " + in->last_error());
+    if (sa == sb) failed("two sidecars got the same slot " + std::to_string(sa));
+    if (api_->register_sidecar(in->s, &da, &dup) == SIEVE_OK) failed("registering 'conform_a' twice was accepted");
+    DLTensor junk{};
+    if (api_->sidecar(in->s, 0, sa + sb + 7, &junk) == SIEVE_OK) failed("sidecar() of an unknown slot returned SIEVE_OK");
+    const auto id = add(*in, 2);
+    const int32_t A = id[0], B = id[1];
+    append_ok(*in, 0, {A, B}, {3 * P, 2 * P});
+    const int64_t row = int64_t(geometry_.n_kv_heads) * E;
+    DLTensor ta = sidecar(*in, 0, sa, E, cap);
+    std::vector<float> vals = read_sidecar(ta);
+    ViewCopy vc = view(*in, 0, {A, B}, sh, false, "after the first appends");
+    for (int32_t p : vc.indices)
+      for (int64_t i = 0; i < row; ++i)
+        if (vals[size_t(p * row + i)] != 0.f) failed("sidecar row of new page " + std::to_string(p) + " is not zero");
+    for (int32_t p : vc.indices)  // each page's row holds its physical id + 1
+      for (int64_t i = 0; i < row; ++i) vals[size_t(p * row + i)] = float(p + 1);
+    write_sidecar(ta, vals);
+    std::string note;
+    if (traits_.features & SIEVE_KV_FEATURE_EVICTION) {
+      const int32_t first = 0;
+      uint64_t freed = 0;
+      if (sieve_status st = do_evict(*in, 0, A, &first, 1, &freed); st != SIEVE_OK)
+        failed("evict of A's first page returned " + status_name(st) + ": " + in->last_error());
+      auto& r = ref_[{0, A}];
+      r.k.erase(r.k.begin(), r.k.begin() + P * geometry_.n_kv_heads * geometry_.head_dim);
+      r.v.erase(r.v.begin(), r.v.begin() + P * geometry_.n_kv_heads * geometry_.head_dim);
+      ViewCopy after = view(*in, 0, {A}, sh, false, "after evicting A's first page");
+      vals = read_sidecar(sidecar(*in, 0, sa, E, cap));
+      for (int32_t p : after.indices)
+        if (vals[size_t(p * row)] != float(p + 1))
+          failed("after an eviction shifted A's pages, the sidecar row of physical page " + std::to_string(p) +
+                 " holds " + std::to_string(vals[size_t(p * row)]) + ", not what was written there (" + std::to_string(p + 1) +
+                 "): sidecars must be indexed by physical page");
+      note = ", rows stay with their physical pages across an eviction";
+    }
+    if (sieve_status st = do_remove(*in, B); st != SIEVE_OK)
+      failed("remove_sequence returned " + status_name(st) + ": " + in->last_error());
+    ref_.erase({0, B});
+    const int32_t C = add(*in, 1)[0];
+    const int32_t free_pages = cap - int32_t(view(*in, 0, {A}, sh, false, "before reuse").indices.size());
+    append_ok(*in, 0, {C}, {free_pages * P});  // every free page, freed ones included
+    ViewCopy vcc = view(*in, 0, {C}, sh, false, "after reallocating freed pages");
+    for (int32_t slot : {sa, sb}) {
+      const int32_t e = slot == sa ? E : 1;
+      vals = read_sidecar(sidecar(*in, 0, slot, e, cap));
+      for (int32_t p : vcc.indices)
+        for (int64_t i = 0; i < int64_t(geometry_.n_kv_heads) * e; ++i)
+          if (vals[size_t(p * geometry_.n_kv_heads * e + i)] != 0.f)
+            failed("sidecar slot " + std::to_string(slot) + ": the row of page " + std::to_string(p) +
+                   ", reallocated to a new sequence, was not zeroed");
+    }
+    return "2 slots registered (duplicate name refused), rows zero on (re)allocation" + note;
+  }
+
+  std::string eviction() {
+    if (!(traits_.features & SIEVE_KV_FEATURE_EVICTION)) return "skip: the store does not evict";
+    const int32_t P = page_;
+    auto in = make(dtype_, 16);
+    const Shape sh = shape(dtype_, 16);
+    const auto id = add(*in, 2);
+    const int32_t A = id[0], B = id[1];
+    for (int32_t layer : {0, 1}) append_ok(*in, layer, {A, B}, {6 * P + 3, 2 * P});
+    const uint64_t before = bytes(*in);
+    const std::vector<int32_t> old = view(*in, 0, {A}, sh, true, "before eviction").pages(0);
+    const int32_t evict[2] = {3, 1};  // any order
+    uint64_t freed = 0;
+    if (sieve_status st = do_evict(*in, 0, A, evict, 2, &freed); st != SIEVE_OK)
+      failed("evict of logical pages {3, 1} returned " + status_name(st) + ": " + in->last_error());
+    const uint64_t after = bytes(*in);
+    if (after >= before)
+      failed("evicting 2 pages left bytes_in_use at " + std::to_string(after) + " (was " + std::to_string(before) + ")");
+    if (engine_ && !engine_->release_problems().empty()) failed(join(engine_->release_problems()));
+    if (engine_ && engine_->tokens(0, A) != 4 * P + 3)
+      failed("the store sent " + std::to_string((6 * P + 3 - engine_->tokens(0, A)) / P) +
+             " pages to the release sink for an eviction of 2");
+    if (freed != before - after)
+      failed("evict reported " + std::to_string(freed) + " freed bytes, bytes_in_use fell by " + std::to_string(before - after));
+    auto& r = ref_[{0, A}];
+    const int64_t row = int64_t(geometry_.n_kv_heads) * geometry_.head_dim;
+    for (int32_t p : {3, 1}) {
+      r.k.erase(r.k.begin() + p * P * row, r.k.begin() + (p + 1) * P * row);
+      r.v.erase(r.v.begin() + p * P * row, r.v.begin() + (p + 1) * P * row);
+    }
+    std::vector<int32_t> want = old;
+    want.erase(want.begin() + 3);
+    want.erase(want.begin() + 1);
+    const std::vector<int32_t> now = view(*in, 0, {A, B}, sh, true, "after evicting {3, 1}").pages(0);
+    if (now != want) failed("after evicting logical pages {3, 1} the page list is not the old one without them, in order");
+    view(*in, 1, {A, B}, sh, true, "layer 1 after evicting in layer 0");
+    append_ok(*in, 0, {A}, {P + 1});
+    view(*in, 0, {A}, sh, true, "appending after an eviction");
+    return "bytes_in_use " + std::to_string(before) + " -> " + std::to_string(after) +
+           " (= freed_bytes); exactly the named pages left, later ones shifted down, the other layer untouched";
+  }
+
+  std::string remove() {
+    const int32_t P = page_, cap = 8;
+    auto in = make(dtype_, cap);
+    const Shape sh = shape(dtype_, cap);
+    const uint64_t base = bytes(*in);
+    const auto id = add(*in, 2);
+    const int32_t A = id[0], B = id[1];
+    for (int32_t layer : {0, 1}) append_ok(*in, layer, {A, B}, {3 * P + 1, 2 * P});
+    const uint64_t full = bytes(*in);
+    if (full <= base) failed("bytes_in_use did not grow with 12 pages appended (" + std::to_string(full) + ")");
+    if (sieve_status st = do_remove(*in, A); st != SIEVE_OK)
+      failed("remove_sequence returned " + status_name(st) + ": " + in->last_error());
+    ref_.erase({0, A});
+    ref_.erase({1, A});
+    const uint64_t half = bytes(*in);
+    if (half >= full) failed("removing a sequence of 8 pages left bytes_in_use at " + std::to_string(half));
+    int32_t len = 0;
+    if (sieve_status st = api_->seq_len(in->s, 0, A, &len); st != SIEVE_ERR_NOT_FOUND)
+      failed("seq_len of a removed sequence returned " + status_name(st) + ", expected SIEVE_ERR_NOT_FOUND");
+    for (int32_t layer : {0, 1}) view(*in, layer, {B}, sh, true, "after removing the other sequence");
+    if (sieve_status st = do_remove(*in, B); st != SIEVE_OK)
+      failed("remove_sequence returned " + status_name(st) + ": " + in->last_error());
+    ref_.clear();
+    const uint64_t end = bytes(*in);
+    if (end != base)
+      failed("after removing every sequence bytes_in_use is " + std::to_string(end) + ", not the baseline " + std::to_string(base));
+    const int32_t C = add(*in, 1)[0];  // every page must be free again: the whole pool fits
+    append_ok(*in, 0, {C}, {cap * P});
+    view(*in, 0, {C}, sh, true, "filling the pool after removals");
+    return "bytes_in_use " + std::to_string(base) + " -> " + std::to_string(full) + " -> " + std::to_string(end) +
+           "; every page reusable";
+  }
+
+  void expect(sieve_status got, std::initializer_list<sieve_status> want, const std::string& what, Instance& in,
+              std::vector<std::string>* bad) {
+    if (std::find(want.begin(), want.end(), got) == want.end()) {
+      std::string w;
+      for (auto s : want) w += (w.empty() ? "" : " or ") + status_name(s);
+      bad->push_back(what + " returned " + status_name(got) + ", expected " + w);
+    } else if (in.last_error().empty() || in.last_error() == "(null)") {
+      bad->push_back(what + " was refused but last_error() is empty");
+    }
+  }
+
+  std::string refusals() {
+    const int32_t P = page_, cap = 4;
+    auto in = make(dtype_, cap);
+    const Shape sh = shape(dtype_, cap);
+    const int32_t A = add(*in, 1)[0];
+    append_ok(*in, 0, {A}, {3 * P});
+    std::vector<std::string> bad;
+    const int32_t ghost = A + 1000;
+    int32_t len = 0;
+    expect(api_->seq_len(in->s, 0, ghost, &len), {SIEVE_ERR_NOT_FOUND}, "seq_len of an unknown sequence", *in, &bad);
+    sieve_paged_kv out{};
+    expect(do_view(*in, 0, {ghost}, &out), {SIEVE_ERR_NOT_FOUND}, "view of an unknown sequence", *in, &bad);
+    expect(append(*in, 0, {ghost}, {1}), {SIEVE_ERR_NOT_FOUND}, "append to an unknown sequence", *in, &bad);
+    expect(do_remove(*in, ghost), {SIEVE_ERR_NOT_FOUND}, "remove_sequence of an unknown sequence", *in, &bad);
+    expect(do_view(*in, 7, {A}, &out), {SIEVE_ERR_NOT_FOUND, SIEVE_ERR_INVALID_ARGUMENT}, "view of layer 7 of 2", *in, &bad);
+    const uint64_t b0 = bytes(*in);
+    if (!engine_) {  // an ENGINE_PAGES store's capacity is the host's pool, not the store's to refuse
+      expect(append(*in, 0, {A}, {2 * P}), {SIEVE_ERR_CAPACITY}, "append of 2 pages with 1 free", *in, &bad);
+      if (bytes(*in) != b0) bad.push_back("the refused append changed bytes_in_use");
+    }
+    expect(api_->append(in->s, nullptr), {SIEVE_ERR_INVALID_ARGUMENT}, "append(NULL)", *in, &bad);
+    bind(*in, 0, {A});
+    expect(api_->view(in->s, 0, &A, 1, nullptr), {SIEVE_ERR_INVALID_ARGUMENT}, "view with out NULL", *in, &bad);
+    if (traits_.features & SIEVE_KV_FEATURE_EVICTION) {
+      uint64_t freed = 0;
+      const int32_t last = 2, dup[2] = {0, 0}, out_of_range = 3, negative = -1, first = 0;
+      expect(do_evict(*in, 0, A, &last, 1, &freed), {SIEVE_ERR_INVALID_ARGUMENT}, "evict of the last page", *in, &bad);
+      expect(do_evict(*in, 0, A, dup, 2, &freed), {SIEVE_ERR_INVALID_ARGUMENT}, "evict of page 0 twice", *in, &bad);
+      expect(do_evict(*in, 0, A, &out_of_range, 1, &freed), {SIEVE_ERR_INVALID_ARGUMENT}, "evict of page 3 of 3", *in, &bad);
+      expect(do_evict(*in, 0, A, &negative, 1, &freed), {SIEVE_ERR_INVALID_ARGUMENT}, "evict of page -1", *in, &bad);
+      expect(do_evict(*in, 0, ghost, &first, 1, &freed), {SIEVE_ERR_NOT_FOUND}, "evict in an unknown sequence", *in, &bad);
+      if (bytes(*in) != b0) bad.push_back("a refused evict changed bytes_in_use");
+    }
+    if (!bad.empty()) failed(join(bad));
+    view(*in, 0, {A}, sh, true, "after the refusals");  // nothing refused changed the store
+    append_ok(*in, 0, {A}, {P});                        // the last free page still fits
+    view(*in, 0, {A}, sh, true, "filling the last page");
+    return std::string("unknown ids NOT_FOUND, ") + (engine_ ? "" : "over capacity CAPACITY, ") +
+           "NULL arguments and bad evictions INVALID_ARGUMENT; the store unchanged by each";
+  }
+
+  std::string destroy() {
+    const int64_t held = host_->bytes_held();
+    {
+      auto in = make(dtype_, 8);
+      const auto id = add(*in, 2);
+      for (int32_t layer : {0, 1}) append_ok(*in, layer, id, {2 * page_ + 1, 3});
+      if (traits_.features & SIEVE_KV_FEATURE_SIDECARS) {
+        sieve_sidecar_desc d{SIEVE_HEADER_INIT(sieve_sidecar_desc), "conform_a", kF32, 2};
+        int32_t slot = 0;
+        api_->register_sidecar(in->s, &d, &slot);
+      }
+      in.reset();
+      engine_.reset();  // the suite's own pool last: the store borrowed it
+    }
+    const int64_t after = host_->bytes_held();
+    if (after != held)
+      failed("after destroy the store still holds " + std::to_string(after - held) + " bytes of host-services memory");
+    return "destroy returned every byte it took through the host services";
+  }
+
+  const StoreUnderTest& store_;
+  const sieve_kv_store_api* api_;
+  Traits traits_;
+  uint32_t device_;
+  CheckSink& s_;
+  HostServices* host_ = nullptr;
+  int32_t page_ = 16;
+  DLDataType dtype_{};
+  sieve_geometry geometry_{};
+  sieve_geometry full_{};
+  ParamValues params_;
+  EngineLayout layout_;                  // ENGINE_PAGES: the pool layout of the next store made
+  std::unique_ptr<EnginePool> engine_;   // ENGINE_PAGES: the suite's pool and tables
+  Reference ref_;
+  std::mt19937 rng_{20261127};
+};
+
+// validate() (ABI 1.1): accepts the config the device checks use, refuses head_dim 0 with a reason.
+void validate_check(const StoreUnderTest& st, const Traits& t, CheckSink& s) {
+  const std::string n = "store_validate";
+  if (!SIEVE_HAS_FIELD(st.api, sieve_kv_store_api, validate) || !st.api->validate)
+    return s.skip(n, "no validate() (create decides)");
+  s.begin(n);
+  sieve_geometry g = suite_geometry(t, t.devices & SIEVE_DEVICE_CPU ? SIEVE_DEVICE_CPU : SIEVE_DEVICE_CUDA);
+  ParamValues params;
+  std::vector<std::string> errors;
+  if (st.api->n_params) parse_params(ParamSchema(st.api->params, st.api->n_params), {}, &params, &errors);
+  sieve_kv_config c{};
+  c.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
+  c.geometry = g;
+  c.geometry_ref = &g;
+  c.pages_per_layer = 32;
+  c.params = params.data();
+  c.n_params = params.size();
+  Reasons ok;
+  sieve_status a = st.api->validate(&c, ok.sink());
+  if (a != SIEVE_OK || !ok.lines.empty())
+    return s.fail(n, "validate refused the declared config: " + status_name(a) + ", " + join(ok.lines));
+  sieve_geometry b = g;
+  b.head_dim = b.rope_dim = 0;
+  c.geometry = b;
+  c.geometry_ref = &b;
+  Reasons no;
+  sieve_status r = st.api->validate(&c, no.sink());
+  if (r == SIEVE_OK) return s.fail(n, "validate accepted head_dim 0");
+  if (no.lines.empty() || no.empty_line()) return s.fail(n, "validate refused head_dim 0 with " + status_name(r) + " but no reason");
+  s.pass(n, "accepts the declared config; head_dim 0: " + status_name(r) + ", \"" + no.lines.front() + "\"");
+}
+
+}  // namespace
+
+const std::vector<std::string>& store_check_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v = {"store_table", "store_validate"};
+    for (const char* dev : {"cpu", "cuda"})
+      for (const char* c : kDeviceChecks) v.push_back(std::string("store_") + c + "_" + dev);
+    return v;
+  }();
+  return names;
+}
+
+void conform_store(const StoreUnderTest& store, const ConformOptions& options, ConformReport* report) {
+  const size_t first = report->checks.size();
+  Traits traits;
+  bool table_ok = false;
+  // The table itself: what the loader checks (1.1 descriptor and schema included).
+  run_isolated(
+      [&](CheckSink& s) {
+        s.begin("store_table");
+        auto problems = check_kv_store_api(store.api);
+        if (!problems.empty()) return s.fail("store_table", join(problems));
+        const Traits t = traits_of(store);
+        s.pass("store_table", std::string(t.declared ? "descriptor" : "1.0 table (no descriptor)") + ": devices " +
+                                  device_names(t.devices) + ", dtypes " + dtype_names(t.dtypes) +
+                                  (t.features & SIEVE_KV_FEATURE_SIDECARS ? ", sidecars" : "") +
+                                  (t.features & SIEVE_KV_FEATURE_EVICTION ? ", eviction" : "") +
+                                  (t.features & SIEVE_KV_FEATURE_ENGINE_PAGES ? ", engine pages" : ""));
+        validate_check(store, t, s);
+      },
+      "store_table", {"store_validate"}, options, report);
+  for (size_t i = first; i < report->checks.size(); ++i)
+    if (report->checks[i].name == "store_table") table_ok = report->checks[i].passed;
+  if (table_ok) traits = traits_of(store);  // the table passed its checks in a child: safe to read here
+  for (uint32_t dev : {SIEVE_DEVICE_CPU, SIEVE_DEVICE_CUDA}) {
+    std::vector<std::string> names;
+    for (const char* c : kDeviceChecks) names.push_back(std::string("store_") + c + "_" + device_word(dev));
+    if (!table_ok) {
+      for (auto& n : names) report->skip(n, "not run: store_table failed");
+      continue;
+    }
+    if (!(traits.devices & dev)) {
+      for (auto& n : names) report->skip(n, std::string("the store does not declare ") + device_word(dev));
+      continue;
+    }
+    run_isolated(
+        [&](CheckSink& s) {
+          // In the child: CUDA is initialised only here (a parent that initialised it could not fork).
+          if (dev == SIEVE_DEVICE_CUDA && cuda_devices() == 0) {
+            for (auto& n : names) s.skip(n, "the store declares CUDA and this machine has no usable CUDA device (run on a GPU machine)");
+            return;
+          }
+          HostServices host(dev == SIEVE_DEVICE_CUDA ? DLDevice{kDLCUDA, 0} : kCpu);
+          DeviceChecks(store, traits, dev, s).run(host);
+        },
+        std::string("store_") + device_word(dev), names, options, report);
+  }
+  for (size_t i = first; i < report->checks.size(); ++i) report->checks[i].store = store.name;
+}
+
+}  // namespace sieve::runtime
