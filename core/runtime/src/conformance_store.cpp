@@ -153,7 +153,7 @@ class DeviceChecks {
     c.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
     c.geometry = full_;
     c.pages_per_layer = capacity;
-    c.keep_pre_rope_k = 0;
+    c.keep_pre_rope_k = pre_rope() ? 1 : 0;
     c.geometry_ref = &full_;
     c.params = params_.data();
     c.n_params = params_.size();
@@ -161,6 +161,9 @@ class DeviceChecks {
     return c;
   }
   bool engine() const { return traits_.features & SIEVE_KV_FEATURE_ENGINE_PAGES; }
+  // A store that keeps pre-RoPE keys is made keeping them in every check: they go in with every
+  // append and come back in every view.
+  bool pre_rope() const { return traits_.features & SIEVE_KV_FEATURE_PRE_ROPE_K; }
   // The store's parameters: schema defaults, and for an ENGINE_PAGES store whose pool layout is
   // fixed at creation, its enum parameter `layout` set to the layout under test.
   void set_params() {
@@ -174,7 +177,7 @@ class DeviceChecks {
     if (!parse_params(schema, pairs, &params_, &errors)) failed("the store's parameters: " + join(errors));
   }
   Shape shape(DLDataType dtype, int32_t capacity) const {
-    return {geometry_.n_kv_heads, geometry_.head_dim, page_, capacity, dtype, geometry_.device};
+    return {geometry_.n_kv_heads, geometry_.head_dim, page_, capacity, dtype, geometry_.device, pre_rope()};
   }
 
   // Creates the store or fails the check.
@@ -209,18 +212,20 @@ class DeviceChecks {
     std::vector<int32_t> indptr{0};
     for (int32_t c : counts) indptr.push_back(indptr.back() + c);
     const int64_t n = indptr.back();
-    std::vector<float> k(size_t(n * row)), v(size_t(n * row));
+    std::vector<float> k(size_t(n * row)), v(size_t(n * row)), pk(pre_rope() ? size_t(n * row) : 0);
     std::uniform_real_distribution<float> mag(0.05f, 4.f);
-    for (auto* x : {&k, &v})
+    for (auto* x : {&k, &v, &pk})
       for (auto& e : *x) e = (rng_() & 1 ? -1.f : 1.f) * mag(rng_);
-    DeviceBuffer dk(*host_, k.size() * 4), dv(*host_, v.size() * 4);
+    DeviceBuffer dk(*host_, k.size() * 4), dv(*host_, v.size() * 4), dp(*host_, pk.size() * 4);
     dk.upload(k.data(), k.size() * 4);
     dv.upload(v.data(), v.size() * 4);
+    if (!pk.empty()) dp.upload(pk.data(), pk.size() * 4);
     int64_t shp[3] = {n, geometry_.n_kv_heads, geometry_.head_dim};
     DLTensor tk = make_view(dk.data(), geometry_.device, kF32, 3, shp);
     DLTensor tv = make_view(dv.data(), geometry_.device, kF32, 3, shp);
+    DLTensor tp = make_view(dp.data(), geometry_.device, kF32, 3, shp);
     sieve_kv_append a{SIEVE_HEADER_INIT(sieve_kv_append), layer, int32_t(ids.size()), ids.data(), indptr.data(),
-                      &tk, &tv, nullptr};
+                      &tk, &tv, pk.empty() ? nullptr : &tp};
     std::vector<int32_t> after;  // ENGINE_PAGES: the table holds the tokens after the append
     if (engine_) {
       for (size_t b = 0; b < ids.size(); ++b) {
@@ -237,6 +242,7 @@ class DeviceChecks {
       RefRows& r = ref_[{layer, ids[b]}];
       r.k.insert(r.k.end(), k.begin() + indptr[b] * row, k.begin() + indptr[b + 1] * row);
       r.v.insert(r.v.end(), v.begin() + indptr[b] * row, v.begin() + indptr[b + 1] * row);
+      if (!pk.empty()) r.k_pre_rope.insert(r.k_pre_rope.end(), pk.begin() + indptr[b] * row, pk.begin() + indptr[b + 1] * row);
     }
     return st;
   }
@@ -266,6 +272,13 @@ class DeviceChecks {
     const sieve_status st = api_->remove_sequence(in.s, seq);
     if (st == SIEVE_OK && engine_) engine_->forget(seq);  // the engine frees a finished request's pages
     return st;
+  }
+
+  // The reference after logical page `p` of a sequence was evicted.
+  void drop_page(RefRows& r, int32_t p) {
+    const int64_t n = int64_t(page_) * geometry_.n_kv_heads * geometry_.head_dim;
+    for (auto* x : {&r.k, &r.v, &r.k_pre_rope})
+      if (!x->empty()) x->erase(x->begin() + p * n, x->begin() + (p + 1) * n);
   }
 
   int32_t resident(int32_t layer, int32_t id) {
@@ -392,7 +405,8 @@ class DeviceChecks {
               (bit == SIEVE_DTYPE_F32 ? " exact" : " within one rounding (u = 2^" + std::string(bit == SIEVE_DTYPE_F16 ? "-11" : "-8") + ")");
     }
     if (done.empty()) failed("the store refused every dtype");
-    return "every resident token equals the f64 reference: " + done;
+    return std::string("every resident token") + (pre_rope() ? " (K, V and pre-RoPE K)" : "") +
+           " equals the f64 reference: " + done;
   }
 
   // Sidecar values are written through the tensor the store hands out; on CUDA via copies.
@@ -453,9 +467,7 @@ class DeviceChecks {
       uint64_t freed = 0;
       if (sieve_status st = do_evict(*in, 0, A, &first, 1, &freed); st != SIEVE_OK)
         failed("evict of A's first page returned " + status_name(st) + ": " + in->last_error());
-      auto& r = ref_[{0, A}];
-      r.k.erase(r.k.begin(), r.k.begin() + P * geometry_.n_kv_heads * geometry_.head_dim);
-      r.v.erase(r.v.begin(), r.v.begin() + P * geometry_.n_kv_heads * geometry_.head_dim);
+      drop_page(ref_[{0, A}], 0);
       ViewCopy after = view(*in, 0, {A}, sh, false, "after evicting A's first page");
       vals = read_sidecar(sidecar(*in, 0, sa, E, cap));
       for (int32_t p : after.indices)
@@ -507,12 +519,7 @@ class DeviceChecks {
              " pages to the release sink for an eviction of 2");
     if (freed != before - after)
       failed("evict reported " + std::to_string(freed) + " freed bytes, bytes_in_use fell by " + std::to_string(before - after));
-    auto& r = ref_[{0, A}];
-    const int64_t row = int64_t(geometry_.n_kv_heads) * geometry_.head_dim;
-    for (int32_t p : {3, 1}) {
-      r.k.erase(r.k.begin() + p * P * row, r.k.begin() + (p + 1) * P * row);
-      r.v.erase(r.v.begin() + p * P * row, r.v.begin() + (p + 1) * P * row);
-    }
+    for (int32_t p : {3, 1}) drop_page(ref_[{0, A}], p);
     std::vector<int32_t> want = old;
     want.erase(want.begin() + 3);
     want.erase(want.begin() + 1);

@@ -91,6 +91,9 @@ std::string copy_i32(HostServices& host, const DLTensor& t, const char* what, co
 
 double ViewCopy::k_at(int32_t p, int32_t h, int32_t s, int32_t d) const { return element(k, k_strides, dtype, p, h, s, d); }
 double ViewCopy::v_at(int32_t p, int32_t h, int32_t s, int32_t d) const { return element(v, v_strides, dtype, p, h, s, d); }
+double ViewCopy::pre_at(int32_t p, int32_t h, int32_t s, int32_t d) const {
+  return element(k_pre_rope, pre_strides, dtype, p, h, s, d);
+}
 std::vector<int32_t> ViewCopy::pages(int32_t b) const {
   return {indices.begin() + indptr[b], indices.begin() + indptr[b + 1]};
 }
@@ -138,6 +141,11 @@ std::vector<std::string> copy_view(HostServices& host, const sieve_paged_kv& vie
   if (auto p = copy_i32(host, view.indices, "indices", s, out->indptr[B], &out->indices); !p.empty()) return {p};
   if (auto p = copy_pool(host, view.k_pages, "k_pages", s, &out->k, out->k_strides); !p.empty()) return {p};
   if (auto p = copy_pool(host, view.v_pages, "v_pages", s, &out->v, out->v_strides); !p.empty()) return {p};
+  if (s.pre_rope) {
+    if (auto p = copy_pool(host, view.k_pre_rope_pages, "k_pre_rope_pages", s, &out->k_pre_rope, out->pre_strides); !p.empty())
+      return {p + " (the store was configured to keep pre-RoPE keys)"};
+    if (view.k_pre_rope_pages.shape[0] < view.k_pages.shape[0]) return {"k_pre_rope_pages has fewer pages than k_pages"};
+  }
   out->capacity = view.k_pages.shape[0];
   if (view.v_pages.shape[0] != out->capacity) bad.push_back("k_pages and v_pages differ in page count");
   if (s.capacity && out->capacity < s.capacity)
@@ -176,7 +184,11 @@ std::string compare_rows(const ViewCopy& view, int32_t b, const RefRows& ref, co
       for (int32_t d = 0; d < D; ++d) {
         const double want_k = ref.k[size_t(t * row + h * D + d)], want_v = ref.v[size_t(t * row + h * D + d)];
         const double got_k = view.k_at(page, h, slot, d), got_v = view.v_at(page, h, slot, d);
-        for (auto [got, want, kv] : {std::tuple{got_k, want_k, "K"}, std::tuple{got_v, want_v, "V"}})
+        const bool pre = !ref.k_pre_rope.empty();
+        const double want_p = pre ? ref.k_pre_rope[size_t(t * row + h * D + d)] : 0;
+        const double got_p = pre ? view.pre_at(page, h, slot, d) : 0;
+        for (auto [got, want, kv] : {std::tuple{got_k, want_k, "K"}, std::tuple{got_v, want_v, "V"},
+                                     std::tuple{got_p, want_p, "pre-RoPE K"}})
           if (!(std::fabs(got - want) <= u * std::fabs(want))) {
             char buf[256];
             std::snprintf(buf, sizeof buf, "%s token %lld (page %d slot %d), head %d, dim %d: %s = %.9g, the reference %.9g (bound %.3g)",

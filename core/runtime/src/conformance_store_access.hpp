@@ -34,7 +34,7 @@ class DeviceBuffer {
 // values: what the store must hand back. Values are f32-representable, so an f32 store holds them
 // exactly and a 16-bit store within one rounding.
 struct RefRows {
-  std::vector<double> k, v;
+  std::vector<double> k, v, k_pre_rope;  // k_pre_rope: empty unless the store keeps pre-RoPE keys
   int64_t tokens(int64_t row) const { return int64_t(k.size()) / row; }
 };
 using Reference = std::map<std::pair<int32_t, int32_t>, RefRows>;  // (layer, seq) -> rows
@@ -45,11 +45,12 @@ struct ViewCopy {
   int32_t batch = 0, page_size = 0;
   int64_t capacity = 0;
   std::vector<int32_t> indptr, indices, last_page_len;  // from the device arrays
-  std::vector<unsigned char> k, v;                       // the pools' bytes
-  int64_t k_strides[4]{}, v_strides[4]{};
+  std::vector<unsigned char> k, v, k_pre_rope;           // the pools' bytes
+  int64_t k_strides[4]{}, v_strides[4]{}, pre_strides[4]{};
   DLDataType dtype{};
   double k_at(int32_t page, int32_t head, int32_t slot, int32_t dim) const;
   double v_at(int32_t page, int32_t head, int32_t slot, int32_t dim) const;
+  double pre_at(int32_t page, int32_t head, int32_t slot, int32_t dim) const;
   // Physical pages of batch entry b, in token order.
   std::vector<int32_t> pages(int32_t b) const;
 };
@@ -58,6 +59,7 @@ struct Shape {
   int32_t n_kv_heads, head_dim, page_size, capacity;
   DLDataType dtype;
   DLDevice device;
+  bool pre_rope = false;  // configured to keep pre-RoPE keys: the view must carry them
 };
 
 // Copies `view` to the host and checks what the kernels rely on: tensors on the store's device
