@@ -232,10 +232,14 @@ class DeviceChecks {
         after.push_back(engine_->tokens(layer, ids[b]) + counts[b]);
         if (!engine_->reserve(layer, ids[b], after.back())) failed("the suite's engine pool is too small (a suite bug)");
       }
-      if (sieve_status st = engine_->bind(api_, in.s, layer, ids, after); st != SIEVE_OK) return st;
     }
-    const sieve_status st = api_->append(in.s, &a);
-    if (st != SIEVE_OK) return st;
+    sieve_status st = engine_ ? engine_->bind(api_, in.s, layer, ids, after) : SIEVE_OK;
+    if (st == SIEVE_OK) st = api_->append(in.s, &a);
+    if (st != SIEVE_OK) {
+      if (engine_)  // the engine takes back the pages it reserved for the refused tokens
+        for (int32_t id : ids) engine_->trim(layer, id);
+      return st;
+    }
     if (engine_)
       for (size_t b = 0; b < ids.size(); ++b) engine_->set_tokens(layer, ids[b], after[b]);
     for (size_t b = 0; b < ids.size(); ++b) {
@@ -618,6 +622,7 @@ class DeviceChecks {
   }
 
   std::string destroy() {
+    engine_.reset();  // the previous check's pool
     const int64_t held = host_->bytes_held();
     {
       auto in = make(dtype_, 8);

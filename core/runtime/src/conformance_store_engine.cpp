@@ -77,6 +77,18 @@ bool EnginePool::reserve(int32_t layer, int32_t seq, int32_t tokens) {
   return true;
 }
 
+void EnginePool::trim(int32_t layer, int32_t seq) {
+  auto it = seqs_.find({layer, seq});
+  if (it == seqs_.end()) return;
+  Seq& s = it->second;
+  auto& free = layers_[size_t(layer)].free;
+  const size_t keep = size_t((s.tokens + shape_.page_size - 1) / shape_.page_size);
+  while (s.pages.size() > keep) {
+    free.push_back(s.pages.back());
+    s.pages.pop_back();
+  }
+}
+
 int32_t EnginePool::tokens(int32_t layer, int32_t seq) const {
   auto it = seqs_.find({layer, seq});
   return it == seqs_.end() ? 0 : it->second.tokens;

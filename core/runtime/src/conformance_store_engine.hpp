@@ -29,6 +29,8 @@ class EnginePool {
   sieve_page_release_sink sink();
   // Pages of `seq` in `layer` grow to hold `tokens`; false when the pool has too few free pages.
   bool reserve(int32_t layer, int32_t seq, int32_t tokens);
+  // Pages of `seq` in `layer` beyond its tokens go back to the pool (an append that was refused).
+  void trim(int32_t layer, int32_t seq);
   // bind_pages of `layer` for `ids`, each at `tokens[b]` tokens (its pages reserved).
   sieve_status bind(const sieve_kv_store_api* api, sieve_kv_store* store, int32_t layer,
                     const std::vector<int32_t>& ids, const std::vector<int32_t>& tokens);
