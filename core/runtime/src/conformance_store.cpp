@@ -345,36 +345,67 @@ class DeviceChecks : StoreDriver {
   CheckSink& s_;
 };
 
-// validate() (ABI 1.1): accepts the config the device checks use, refuses head_dim 0 with a reason.
+// validate() (ABI 1.1): accepts the config the device checks use; refuses, each with a status and
+// a reason, head_dim 0 and what the descriptor does not declare (a dtype, a page size, a device).
+// validate never touches a device, so a CUDA config is asked on any machine.
 void validate_check(const StoreUnderTest& st, const Traits& t, CheckSink& s) {
   const std::string n = "store_validate";
   if (!SIEVE_HAS_FIELD(st.api, sieve_kv_store_api, validate) || !st.api->validate)
     return s.skip(n, "no validate() (create decides)");
   s.begin(n);
-  sieve_geometry g = suite_geometry(t, t.devices & SIEVE_DEVICE_CPU ? SIEVE_DEVICE_CPU : SIEVE_DEVICE_CUDA);
+  const sieve_geometry g = suite_geometry(t, t.devices & SIEVE_DEVICE_CPU ? SIEVE_DEVICE_CPU : SIEVE_DEVICE_CUDA);
   ParamValues params;
-  std::vector<std::string> errors;
+  std::vector<std::string> errors;  // the table check parsed the defaults
   if (st.api->n_params) parse_params(ParamSchema(st.api->params, st.api->n_params), {}, &params, &errors);
-  sieve_kv_config c{};
-  c.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
-  c.geometry = g;
-  c.geometry_ref = &g;
-  c.pages_per_layer = 32;
-  c.params = params.data();
-  c.n_params = params.size();
+  auto ask = [&](sieve_geometry geo, Reasons* r) {
+    sieve_kv_config c{};
+    c.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
+    c.geometry = geo;
+    c.geometry_ref = &geo;
+    c.pages_per_layer = 32;
+    c.params = params.data();
+    c.n_params = params.size();
+    return st.api->validate(&c, r->sink());
+  };
   Reasons ok;
-  sieve_status a = st.api->validate(&c, ok.sink());
-  if (a != SIEVE_OK || !ok.lines.empty())
+  if (sieve_status a = ask(g, &ok); a != SIEVE_OK || !ok.lines.empty())
     return s.fail(n, "validate refused the declared config: " + status_name(a) + ", " + join(ok.lines));
+  std::vector<std::pair<sieve_geometry, std::string>> bad;
   sieve_geometry b = g;
   b.head_dim = b.rope_dim = 0;
-  c.geometry = b;
-  c.geometry_ref = &b;
-  Reasons no;
-  sieve_status r = st.api->validate(&c, no.sink());
-  if (r == SIEVE_OK) return s.fail(n, "validate accepted head_dim 0");
-  if (no.lines.empty() || no.empty_line()) return s.fail(n, "validate refused head_dim 0 with " + status_name(r) + " but no reason");
-  s.pass(n, "accepts the declared config; head_dim 0: " + status_name(r) + ", \"" + no.lines.front() + "\"");
+  bad.emplace_back(b, "head_dim 0");
+  if (t.declared) {
+    for (uint32_t bit : {SIEVE_DTYPE_F32, SIEVE_DTYPE_F16, SIEVE_DTYPE_BF16})
+      if (!(t.dtypes & bit)) {
+        b = g;
+        b.kv_dtype = dtype_of(bit);
+        bad.emplace_back(b, "undeclared dtype " + dtype_names(bit));
+        break;
+      }
+    if (!t.page_sizes.empty())
+      for (int32_t p : {3, 7, 48, 1000})
+        if (std::find(t.page_sizes.begin(), t.page_sizes.end(), p) == t.page_sizes.end()) {
+          b = g;
+          b.page_size = p;
+          bad.emplace_back(b, "unlisted page size " + std::to_string(p));
+          break;
+        }
+    if (!(t.devices & SIEVE_DEVICE_CPU) || !(t.devices & SIEVE_DEVICE_CUDA)) {
+      b = g;
+      b.device = t.devices & SIEVE_DEVICE_CPU ? DLDevice{kDLCUDA, 0} : kCpu;
+      bad.emplace_back(b, std::string("undeclared device ") + (t.devices & SIEVE_DEVICE_CPU ? "cuda" : "cpu"));
+    }
+  }
+  std::string said;
+  for (const auto& [geo, what] : bad) {
+    Reasons no;
+    const sieve_status r = ask(geo, &no);
+    if (r == SIEVE_OK) return s.fail(n, "validate accepted " + what);
+    if (no.lines.empty() || no.empty_line())
+      return s.fail(n, "validate refused " + what + " with " + status_name(r) + " but gave no reason");
+    said += "; " + what + ": " + status_name(r) + ", \"" + no.lines.front() + "\"";
+  }
+  s.pass(n, "accepts the declared config" + said);
 }
 
 }  // namespace
