@@ -43,6 +43,7 @@
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/long_context.hpp"
+#include "sieve/reference/statistics.hpp"
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/util/error.hpp"
 
@@ -52,56 +53,14 @@ namespace sieve::cli {
 
 namespace {
 
-// Average ranks (ties share their mean rank), then Pearson of the ranks.
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  auto ranks = [](const std::vector<double>& x) {
-    std::vector<size_t> idx(x.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::sort(idx.begin(), idx.end(), [&](size_t i, size_t j) { return x[i] < x[j]; });
-    std::vector<double> r(x.size());
-    for (size_t i = 0; i < idx.size();) {
-      size_t j = i;
-      while (j + 1 < idx.size() && x[idx[j + 1]] == x[idx[i]]) ++j;
-      const double mean = 0.5 * double(i + j);
-      for (size_t k = i; k <= j; ++k) r[idx[k]] = mean;
-      i = j + 1;
-    }
-    return r;
-  };
-  const std::vector<double> ra = ranks(a), rb = ranks(b);
-  const double n = double(a.size());
-  double ma = 0, mb = 0;
-  for (size_t i = 0; i < a.size(); ++i) ma += ra[i], mb += rb[i];
-  ma /= n, mb /= n;
-  double sab = 0, saa = 0, sbb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    sab += (ra[i] - ma) * (rb[i] - mb);
-    saa += (ra[i] - ma) * (ra[i] - ma);
-    sbb += (rb[i] - mb) * (rb[i] - mb);
-  }
-  if (saa == 0 || sbb == 0) return saa == sbb ? 1.0 : 0.0;  // a constant row ranks nothing
-  return sab / std::sqrt(saa * sbb);
-}
+using reference::spearman;
+using reference::Summary;
+using reference::summarize;
 
 double cosine(const float* a, const float* b, int32_t d) {
   double ab = 0, aa = 0, bb = 0;
   for (int32_t i = 0; i < d; ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
   return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
-}
-
-struct Summary {
-  double mean = 0, p10 = 0;
-  int64_t n = 0;
-};
-Summary summarize(std::vector<double> v) {
-  Summary s;
-  s.n = int64_t(v.size());
-  if (v.empty()) return s;
-  for (double x : v) s.mean += x;
-  s.mean /= double(v.size());
-  std::sort(v.begin(), v.end());
-  s.p10 = v[size_t(0.1 * double(v.size() - 1))];
-  return s;
 }
 
 // What one run leaves for one layer: the compared rows' outputs [rows, hq, d] and attention rows.
