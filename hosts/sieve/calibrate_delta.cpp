@@ -28,11 +28,11 @@
 #include <vector>
 
 #include "calibrate.hpp"
-#include "model_args.hpp"
-#include "error_line.hpp"
-#include "parse_options.hpp"
-#include "probe_copy.hpp"
-#include "prompts.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/parse_options.hpp"
+#include "sieve/cli/probe_copy.hpp"
+#include "sieve/cli/prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/model/engine.hpp"
 #include "sieve/model/fidelity_eval.hpp"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 #include "sieve/util/printable.hpp"
 #ifdef SIEVE_HAVE_BENCH
 #include "sieve/bench/policy.hpp"

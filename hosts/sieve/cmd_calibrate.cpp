@@ -6,7 +6,7 @@
 
 #include "calibrate.hpp"
 #include "commands.hpp"
-#include "error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 #include "sieve/util/printable.hpp"
 
 namespace sieve::cli {

@@ -33,11 +33,11 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "error_line.hpp"
-#include "model_args.hpp"
-#include "parse_options.hpp"
-#include "probe_copy.hpp"
-#include "prompts.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/parse_options.hpp"
+#include "sieve/cli/probe_copy.hpp"
+#include "sieve/cli/prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/model/fidelity_eval.hpp"

@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 #include "gate/distill.hpp"
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
-#include "model_args.hpp"
-#include "parse_options.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/parse_options.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/model/generate.hpp"
 #include "sieve/util/error.hpp"
