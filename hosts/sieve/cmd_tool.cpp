@@ -1,6 +1,7 @@
 // sieve tool [--plugin-dir D]... <plugin> [<tool> [ARGS...]]: run a tool a plugin ships (ABI 1.1),
 // or list the plugin's tools. The options before the plugin name are the CLI's; everything after
-// the tool name is the tool's own (`sieve tool dpxa calibrate --help`).
+// the tool name is the tool's own (`sieve tool dpxa calibrate --help`). Also the CLI's older names
+// for two bundled tools: sieve distill-gate and sieve delta-diag (sieve calibrate: cmd_calibrate.cpp).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -56,6 +57,14 @@ int cmd_tool(int argc, char** argv) {
   }
   const std::string tool = argv[i + 1];
   return run_plugin_tool(registry, "sieve tool " + plugin + " " + tool, plugin, tool, argc - (i + 1), argv + i + 1);
+}
+
+int cmd_distill_gate(int argc, char** argv) {
+  return run_plugin_tool(runtime::Registry::discover({}), "sieve distill-gate", "seer", "distill-gate", argc, argv);
+}
+
+int cmd_delta_diag(int argc, char** argv) {
+  return run_plugin_tool(runtime::Registry::discover({}), "sieve delta-diag", "delta_correction", "diag", argc, argv);
 }
 
 }  // namespace sieve::cli

@@ -49,6 +49,9 @@
 #include <vector>
 
 #include "math/dpxa_math.hpp"
+#ifdef SIEVE_PLUGIN_TOOLS
+#include "tools/tools.hpp"
+#endif
 #include "cpu/deltax.hpp"
 #if SIEVE_WITH_CUDA
 #include "cuda/deltax_attend.hpp"
@@ -118,6 +121,10 @@ class DpxaPolicy final : public sp::PolicyBase {
       .conform_params = "block=64",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
   };
+#ifdef SIEVE_PLUGIN_TOOLS
+  static constexpr sieve_tool kTools[] = {sp::tool<sd::calibrate_main>(
+      "calibrate", "per-(layer, head) tau so the kept tiles cover a target share of the exact mass")};
+#endif
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
     const int64_t block = p.integer("block");

@@ -1,4 +1,5 @@
-// sieve delta-diag: the Δ Attention paper's §4 distribution-shift diagnostic, reproduced. For the
+// The delta_correction plugin's `diag` tool (`sieve delta-diag` = `sieve tool delta_correction diag`):
+// the Δ Attention paper's §4 distribution-shift diagnostic, reproduced. For the
 // last queries of a long prefill it compares each chain's layer with all-dense attention, per
 // layer:
 //   cos       cosine of the attention output o(t, h) with the dense run's, mean (and p10) over
@@ -32,7 +33,6 @@
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
 #include "sieve/cli/error_line.hpp"
 #include "sieve/cli/model_args.hpp"
 #include "sieve/cli/parse_options.hpp"
@@ -46,10 +46,13 @@
 #include "sieve/reference/statistics.hpp"
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/util/error.hpp"
+#include "tools/tools.hpp"
 
 namespace po = boost::program_options;
 
-namespace sieve::cli {
+namespace sieve::delta_correction {
+
+using namespace sieve::cli;  // options, the model and prompts every tool shares (core/cli)
 
 namespace {
 
@@ -370,9 +373,10 @@ std::vector<ChainResult> run_synthetic(const SynthSetup& s, const std::string& s
 
 }  // namespace
 
-int cmd_delta_diag(int argc, char** argv) {
+int diag_main(int argc, const char* const* argv) {
+  const std::string cmd = argv[0];  // the command as typed: `sieve delta-diag` or `sieve tool delta_correction diag`
   po::options_description opts(
-      "sieve delta-diag: output cosine and attention-row Spearman of sparse / recompute / Δ prefill vs dense, per layer");
+      cmd + ": output cosine and attention-row Spearman of sparse / recompute / Δ prefill vs dense, per layer");
   ModelArgs ma;
   std::string prompts_file, json_file;
   std::vector<std::string> extra;
@@ -397,14 +401,12 @@ int cmd_delta_diag(int argc, char** argv) {
       ("plugin-dir", po::value(&ma.plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", po::value(&json_file), "also write the results as JSON to this file");
   po::variables_map vm;
-  if (const auto done = parse_options("sieve delta-diag", opts, argc, argv, &vm)) return *done;
+  if (const auto done = parse_options(cmd.c_str(), opts, argc, argv, &vm)) return *done;
   if (prompts_file.empty() == (synthetic == 0)) {
-    std::fprintf(stderr, "sieve delta-diag: give exactly one of --prompts FILE (model) or --synthetic N\n");
-    return 2;
+    return report_error(cmd, "give exactly one of --prompts FILE (model) or --synthetic N", 2);
   }
   if (last < 1 || window < 1 || sink < 0 || gamma < 1 || tail < 0 || synthetic < 0) {
-    std::fprintf(stderr, "sieve delta-diag: --last, --window, --gamma must be >= 1; --sink, --tail >= 0\n");
-    return 2;
+    return report_error(cmd, "--last, --window, --gamma must be >= 1; --sink, --tail >= 0", 2);
   }
   const std::string sparse = "streaming(sink=" + std::to_string(sink) + ",window=" + std::to_string(window) + ")";
   const std::string dc = "delta_correction(gamma=" + std::to_string(gamma) + ",tail=" + std::to_string(tail);
@@ -462,9 +464,9 @@ int cmd_delta_diag(int argc, char** argv) {
       f << j.dump(2) << "\n";
     }
   } catch (const std::exception& e) {
-    return report_error("sieve delta-diag", e.what(), 1);
+    return report_error(cmd, e.what(), 1);
   }
   return 0;
 }
 
-}  // namespace sieve::cli
+}  // namespace sieve::delta_correction
