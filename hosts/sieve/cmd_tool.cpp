@@ -3,6 +3,7 @@
 // the tool name is the tool's own (`sieve tool dpxa calibrate --help`). Also the CLI's older names
 // for two bundled tools: sieve distill-gate and sieve delta-diag (sieve calibrate: cmd_calibrate.cpp).
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -34,10 +35,13 @@ int cmd_tool(int argc, char** argv) {
       usage(stdout);
       return 0;
     }
-    if (a == "--plugin-dir" || a.rfind("--plugin-dir=", 0) == 0) {
-      if (a.size() > 12) options.plugin_dirs.push_back(a.substr(13));
-      else if (i + 1 < argc) options.plugin_dirs.push_back(argv[++i]);
-      else return report_error(cmd, "--plugin-dir needs a directory", 2);
+    if (a == "--plugin-dir") {
+      if (i + 1 == argc) return report_error(cmd, "--plugin-dir needs a directory", 2);
+      options.plugin_dirs.push_back(argv[++i]);
+      continue;
+    }
+    if (a.rfind("--plugin-dir=", 0) == 0) {
+      options.plugin_dirs.push_back(a.substr(std::strlen("--plugin-dir=")));
       continue;
     }
     if (a.rfind("-", 0) == 0) return report_error(cmd, "unknown option '" + printable(a) + "' before the plugin name", 2);

@@ -149,6 +149,22 @@ TEST_F(Cli, PluginsListsToolsAndRefusesBadOnes) {
   EXPECT_THAT(r.out, HasSubstr("libsieve_toolbox_bad.so: tool[1] name 'echo' is used twice"));
 }
 
+// ---- sieve bench: checks its options, then runs sieve_bench (beside it) under its own name ------
+
+TEST_F(Cli, BenchRunsTheSuiteExecutableUnderItsOwnName) {
+  if (!std::filesystem::exists(std::string(SIEVE_BIN_DIR) + "/sieve_bench"))
+    GTEST_SKIP() << "built without the benchmarks";
+  CliRun r = sieve_cli("bench --policy --help", false);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, ::testing::StartsWith("usage: sieve bench --policy [options]\n"));
+  r = sieve_cli("bench --gpu-only --cpu-only");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "sieve bench: --gpu-only and --cpu-only exclude each other\n");
+  r = sieve_cli("bench --bogus");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "sieve bench: unknown argument '--bogus'\n");
+}
+
 TEST_F(Cli, ConformPassesTheMinimalFixture) {
   CliRun r = sieve_cli("conform " + fixture("minimal"));
   EXPECT_EQ(r.status, 0) << r.out;
