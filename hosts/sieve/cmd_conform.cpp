@@ -15,7 +15,7 @@
 #include <string>
 
 #include "commands.hpp"
-#include "error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 
 namespace sieve::cli {
 

@@ -342,6 +342,98 @@ TEST(TableChecks, KvStoreDescriptor) {
     EXPECT_THAT(s.check(), ::testing::ElementsAre(HasSubstr("KV store descriptor struct_size 8 is smaller")));
     s.api.hdr.struct_size = uint32_t(sieve::util::v1_0_size<sieve_kv_store_api>());  // a 1.0 table: not read
     EXPECT_THAT(s.check(), ::testing::IsEmpty());
+}
+
+// ---- Tools (ABI 1.1) ------------------------------------------------------------------------------
+
+int32_t tool_ok(int32_t, const char* const*) { return 0; }
+
+struct ToolTables : Tables {
+  sieve_tool tools[2]{};
+  ToolTables() {
+    tools[0] = {SIEVE_HEADER_INIT(sieve_tool), "calibrate", "per-head thresholds", &tool_ok};
+    tools[1] = {SIEVE_HEADER_INIT(sieve_tool), "distill-gate", "a gate for a model", &tool_ok};
+    plugin.tools = tools;
+    plugin.n_tools = 2;
+  }
+  LoadedPlugin loaded() {
+    LoadedPlugin p;
+    p.table = &plugin;
+    return p;
+  }
+};
+
+TEST(ToolChecks, WellFormedToolsPassAndAreListedByName) {
+  ToolTables t;
+  EXPECT_THAT(t.check(), ::testing::IsEmpty());
+  const LoadedPlugin p = t.loaded();
+  ASSERT_EQ(p.tools().size(), 2u);
+  EXPECT_STREQ(p.tools()[1]->name, "distill-gate");
+  EXPECT_EQ(p.tool("calibrate"), &t.tools[0]);
+  EXPECT_EQ(p.tool("distill"), nullptr);
+}
+
+TEST(ToolChecks, AV10TableIsNotReadPastItsSize) {
+  ToolTables t;
+  // A 1.0 producer fills only up to kv_store: whatever lies beyond is not its tools.
+  t.plugin.hdr.struct_size = uint32_t(sieve::util::v1_0_size<sieve_plugin>());
+  t.plugin.n_tools = 0xdeadbeef;
+  t.plugin.tools = reinterpret_cast<const sieve_tool*>(uintptr_t(16));
+  EXPECT_THAT(t.check(), ::testing::IsEmpty());
+  EXPECT_TRUE(t.loaded().tools().empty());
+  EXPECT_EQ(t.loaded().tool("calibrate"), nullptr);
+}
+
+TEST(ToolChecks, EachMalformationIsNamed) {
+  using ::testing::ElementsAre;
+  {
+    ToolTables t;
+    t.plugin.n_tools = kMaxTools + 1;
+    EXPECT_THAT(t.check(), ElementsAre("tools: n_tools 65 exceeds the limit 64"));
+  }
+  {
+    ToolTables t;
+    t.plugin.tools = nullptr;
+    EXPECT_THAT(t.check(), ElementsAre("tools: n_tools is 2 but tools is NULL"));
+  }
+  {
+    ToolTables t;
+    t.tools[0].hdr.struct_size = 8;
+    EXPECT_THAT(t.check(), ElementsAre(HasSubstr("tool[0] struct_size 8 is smaller than the v1.1 size")));
+  }
+  {
+    ToolTables t;
+    t.tools[0].hdr.struct_size = kMaxStructSize + 8;
+    EXPECT_THAT(t.check(), ElementsAre("tool[0] struct_size 65544 exceeds the limit 65536"));
+  }
+  {
+    ToolTables t;
+    t.tools[1].hdr.struct_size += 8;
+    EXPECT_THAT(t.check(), ElementsAre(HasSubstr("tool[1] struct_size")));
+  }
+  {
+    ToolTables t;
+    t.tools[0].name = "Calibrate";
+    t.tools[1].name = "calibrate";
+    EXPECT_THAT(t.check(), ElementsAre("tool[0] name 'Calibrate' does not match [a-z0-9_-]+"));
+  }
+  {
+    ToolTables t;
+    t.tools[1].name = "calibrate";
+    EXPECT_THAT(t.check(), ElementsAre("tool[1] name 'calibrate' is used twice"));
+  }
+  {
+    ToolTables t;
+    t.tools[0].summary = "";
+    t.tools[1].run = nullptr;
+    EXPECT_THAT(t.check(), ElementsAre("tool[0]: empty summary", "tool[1]: 'run' is NULL (required)"));
+  }
+  {
+    ToolTables t;
+    const std::string long_name(kMaxNameLength + 1, 'a');
+    t.tools[1].name = long_name.c_str();
+    EXPECT_THAT(t.check(), ElementsAre(HasSubstr("tool[1] name 'aaaa")));
+    EXPECT_THAT(t.check(), ElementsAre(HasSubstr("is longer than 64 bytes")));
   }
 }
 
@@ -356,6 +448,10 @@ TEST(Names, CapabilityBits) {
   EXPECT_FALSE(is_identifier("Quest"));
   EXPECT_FALSE(is_identifier(""));
   EXPECT_FALSE(is_identifier(nullptr));
+  EXPECT_TRUE(is_tool_name("distill-gate"));
+  EXPECT_FALSE(is_identifier("distill-gate"));
+  EXPECT_FALSE(is_tool_name("distill gate"));
+  EXPECT_FALSE(is_tool_name(""));
 }
 
 }  // namespace

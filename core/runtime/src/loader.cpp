@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <boost/dll/shared_library.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -58,14 +59,45 @@ std::string size_problem(const T* p, const char* what) {
 
 }  // namespace
 
-bool is_identifier(const char* name) {
+namespace {
+// [a-z0-9_]+ plus the characters in `extra`, at most kMaxNameLength bytes (never read past them).
+bool is_name(const char* name, const char* extra) {
   if (!name || !*name) return false;
   size_t n = 0;
   for (const char* c = name; *c; ++c, ++n)
     if (n == kMaxNameLength ||
-        !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+        !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+          (*extra && std::strchr(extra, *c))))
       return false;
   return true;
+}
+
+// Entry i of a plugin's tool array, walked by the first entry's struct_size (check_tools makes
+// every entry that size).
+const sieve_tool* tool_at(const sieve_plugin* t, uint32_t i) {
+  const auto* base = reinterpret_cast<const unsigned char*>(t->tools);
+  return reinterpret_cast<const sieve_tool*>(base + size_t(i) * t->tools->hdr.struct_size);
+}
+
+bool has_tools(const sieve_plugin* t) {
+  return t && SIEVE_HAS_FIELD(t, sieve_plugin, n_tools) && t->n_tools > 0 && t->tools;
+}
+}  // namespace
+
+bool is_identifier(const char* name) { return is_name(name, ""); }
+bool is_tool_name(const char* name) { return is_name(name, "-"); }
+
+std::vector<const sieve_tool*> LoadedPlugin::tools() const {
+  std::vector<const sieve_tool*> out;
+  if (has_tools(table))
+    for (uint32_t i = 0; i < table->n_tools; ++i) out.push_back(tool_at(table, i));
+  return out;
+}
+
+const sieve_tool* LoadedPlugin::tool(const std::string& name) const {
+  for (const sieve_tool* t : tools())
+    if (name == t->name) return t;
+  return nullptr;
 }
 
 std::string bounded_text(const char* s, size_t max) {
@@ -82,13 +114,20 @@ std::string text_problem(const char* s) {
   return {};
 }
 
-std::string identifier_problem(const char* name) {
-  if (is_identifier(name)) return {};
+namespace {
+// "'Name' does not match <pattern>" or "'...' is longer than 64 bytes"; "" when `ok`.
+std::string name_problem(const char* name, bool ok, const char* pattern) {
+  if (ok) return {};
   std::string out = "'";
   out += bounded_text(name);
   if (name && strnlen(name, kMaxNameLength + 1) > kMaxNameLength)
     return out + "' is longer than " + std::to_string(kMaxNameLength) + " bytes";
-  return out + "' does not match [a-z0-9_]+";
+  return out + "' does not match " + pattern;
+}
+}  // namespace
+
+std::string identifier_problem(const char* name) {
+  return name_problem(name, is_identifier(name), "[a-z0-9_]+");
 }
 
 bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error) {
@@ -216,6 +255,45 @@ std::vector<std::string> check_plugin_table(const sieve_plugin* t, uint32_t expe
     }
   }
   if (t->kv_store) add(check_kv_store_api(t->kv_store));
+  add(check_tools(t));
+  return out;
+}
+
+std::vector<std::string> check_tools(const sieve_plugin* t) {
+  // A 1.0 table (or one whose size stops short of the tools) ships none: nothing to read.
+  if (!t || !SIEVE_HAS_FIELD(t, sieve_plugin, n_tools) || t->n_tools == 0) return {};
+  if (t->n_tools > kMaxTools)
+    return {"tools: n_tools " + std::to_string(t->n_tools) + " exceeds the limit " +
+            std::to_string(kMaxTools)};
+  if (!t->tools) return {"tools: n_tools is " + std::to_string(t->n_tools) + " but tools is NULL"};
+  // sieve_tool is new in 1.1: its 1.1 size is the least a producer fills.
+  const uint32_t stride = t->tools->hdr.struct_size;
+  if (stride < sizeof(sieve_tool))
+    return {"tool[0] struct_size " + std::to_string(stride) + " is smaller than the v1.1 size " +
+            std::to_string(sizeof(sieve_tool))};
+  if (stride > kMaxStructSize)
+    return {"tool[0] struct_size " + std::to_string(stride) + " exceeds the limit " +
+            std::to_string(kMaxStructSize)};
+  std::vector<std::string> out;
+  std::vector<std::string> seen;
+  for (uint32_t i = 0; i < t->n_tools; ++i) {
+    const sieve_tool* tool = tool_at(t, i);
+    const std::string at = "tool[" + std::to_string(i) + "]";
+    if (tool->hdr.struct_size != stride) {
+      out.push_back(at + " struct_size " + std::to_string(tool->hdr.struct_size) +
+                    " differs from tool[0]'s " + std::to_string(stride) + " (one array, one size)");
+      continue;
+    }
+    if (!is_tool_name(tool->name)) {
+      out.push_back(at + " name " + name_problem(tool->name, false, "[a-z0-9_-]+"));
+    } else if (std::find(seen.begin(), seen.end(), tool->name) != seen.end()) {
+      out.push_back(at + " name '" + std::string(tool->name) + "' is used twice");
+    } else {
+      seen.push_back(tool->name);
+    }
+    if (auto why = text_problem(tool->summary); !why.empty()) out.push_back(at + ": " + why + " summary");
+    if (!tool->run) out.push_back(at + ": 'run' is NULL (required)");
+  }
   return out;
 }
 
