@@ -47,7 +47,8 @@ class Parser {
       skip_ws();
       if (at_end()) return true;
       if (peek() != ';')
-        return fail(pos_, "expected '>' or ';' after " + last_item_ + ", found " + found());
+        return fail(pos_, std::string(last_was_store_ ? "expected ';'" : "expected '>' or ';'") + " after " +
+                              last_item_ + ", found " + found());
       ++pos_;
       skip_ws();
       if (at_end()) return true;
@@ -68,6 +69,11 @@ class Parser {
   }
 
   std::string where(size_t at) const { return source_ + ", col " + std::to_string(at + 1); }
+
+  bool expect_end() {
+    skip_ws();
+    return at_end() || fail(pos_, "unexpected " + found() + " after " + last_item_);
+  }
 
  private:
   bool at_end() const { return pos_ >= s_.size(); }
@@ -108,6 +114,10 @@ class Parser {
       size_t b = pos_;
       std::string word = read_while(is_id_char);
       skip_ws();
+      if (word == "kv_store" && peek() == '=') {  // kv_store = NAME(k=v,...): the session's store
+        ++pos_;
+        return parse_store(b);
+      }
       if (peek() != ':')
         return fail(b, "expected layers ('*', N, N-M or N-) or a phase ('prefill:' or 'decode:'), "
                        "found '" + word + "'");
@@ -164,17 +174,50 @@ class Parser {
     return true;
   }
 
+  // The store item of a kv_store element (the keyword and '=' are read): one per spec, no @id.
+  bool parse_store(size_t keyword_at) {
+    if (spec_->kv_store)
+      return fail(keyword_at, "the KV store is named twice (also at " + spec_->kv_store->where + ")");
+    ChainInstance inst;
+    if (!read_store_item(&inst)) return false;
+    spec_->kv_store = std::move(inst);
+    return true;
+  }
+
+ public:
+  // store := name ['(' key=value (',' key=value)* ')'], nothing after it but a ';' or the end.
+  bool read_store_item(ChainInstance* inst) {
+    skip_ws();
+    const size_t start = pos_;
+    if (!read_item(inst, "KV store")) return false;
+    if (!inst->id.empty()) return fail(start, "a KV store takes no @id ('" + inst->label() + "')");
+    last_item_ = "KV store '" + inst->plugin + "'";
+    last_was_store_ = true;
+    return true;
+  }
+
+ private:
   // item := name ['@' id] ['(' key=value (',' key=value)* ')']
   bool parse_item(size_t* index) {
     skip_ws();
     const size_t start = pos_;
     ChainInstance inst;
+    if (!read_item(&inst, "policy")) return false;
+    last_item_ = "'" + inst.label() + "'";
+    last_was_store_ = false;
+    return add_instance(std::move(inst), start, index);
+  }
+
+  bool read_item(ChainInstance* out, const char* what) {
+    skip_ws();
+    const size_t start = pos_;
+    ChainInstance& inst = *out;
     inst.where = where(start);
     inst.plugin = read_while(is_name_char);
     if (inst.plugin.empty())
-      return fail(pos_, "expected a policy name ([a-z0-9_]+), found " + found());
+      return fail(pos_, std::string("expected a ") + what + " name ([a-z0-9_]+), found " + found());
     if (is_id_char(peek()))
-      return fail(pos_, "policy names are [a-z0-9_]+, found " + found());
+      return fail(pos_, std::string(what) + " names are [a-z0-9_]+, found " + found());
     if (peek() == '@') {
       ++pos_;
       inst.id = read_while(is_id_char);
@@ -210,7 +253,10 @@ class Parser {
         inst.params_given = true;
       }
     }
-    last_item_ = "'" + inst.label() + "'";
+    return true;
+  }
+
+  bool add_instance(ChainInstance inst, size_t start, size_t* index) {
     if (inst.id.empty()) {
       spec_->instances.push_back(std::move(inst));
       *index = spec_->instances.size() - 1;
@@ -267,6 +313,7 @@ class Parser {
   std::map<std::string, size_t>* ids_;
   std::string error_;
   std::string last_item_;
+  bool last_was_store_ = false;  // the last element read was a kv_store (no '>' may follow)
 };
 
 // Strip a '#' comment that is not inside quotes.
@@ -360,7 +407,60 @@ std::string list_text(const int32_t* values, uint32_t n) {
   return out;
 }
 
+// The spec's store (default "paged") and its parameters; false after appending every problem.
+bool resolve_store(const ChainSpec& spec, const Registry& registry, const sieve_geometry& g, ResolvedStore* out,
+                   std::vector<std::string>* errors) {
+  const std::string name = spec.kv_store ? spec.kv_store->plugin : "paged";
+  const std::string where = spec.kv_store ? spec.kv_store->where + ": " : "";
+  const StoreEntry* e = registry.find_store(name);
+  if (!e) {
+    std::vector<std::string> names;
+    std::string avail;
+    for (const auto& st : registry.stores()) {
+      names.push_back(st.name);
+      avail += (avail.empty() ? "" : ", ") + st.name;
+    }
+    std::string line = where + "unknown KV store '" + name + "'";
+    if (std::string near = closest_name(name, names); !near.empty()) line += " (did you mean '" + near + "'?)";
+    errors->push_back(line + "; available: " + (avail.empty() ? "none" : avail));
+    return false;
+  }
+  const size_t before = errors->size();
+  ResolvedStore rs;
+  rs.entry = *e;
+  parse_params(e->params(), spec.kv_store ? spec.kv_store->params : ParamPairs{}, &rs.values, errors,
+               "KV store '" + name + "'");
+  const sieve_kv_store_descriptor& d = e->descriptor;
+  const std::string who = where + "KV store '" + name + "'";
+  if (d.devices && !device_supported(d.devices, g.device))
+    errors->push_back(who + " runs on " + device_names(d.devices) + ", not " + geometry_device_name(g.device));
+  if (d.dtypes && !(d.dtypes & dtype_bit(g.kv_dtype)))
+    errors->push_back(who + " stores " + dtype_names(d.dtypes) + ", not " + geometry_dtype_name(g.kv_dtype));
+  if (d.n_page_sizes && d.page_sizes && !listed(d.page_sizes, d.n_page_sizes, g.page_size))
+    errors->push_back(who + " takes page sizes " + list_text(d.page_sizes, d.n_page_sizes) + ", not " +
+                      std::to_string(g.page_size));
+  if (errors->size() != before) return false;
+  *out = std::move(rs);
+  return true;
+}
+
 }  // namespace
+
+bool set_kv_store(ChainSpec* spec, const ChainInstance& store, std::string* error) {
+  if (spec->kv_store) {
+    *error = "the KV store is named twice: '" + store.plugin + "' (" + store.where + ") and '" +
+             spec->kv_store->plugin + "' (" + spec->kv_store->where + ")";
+    return false;
+  }
+  spec->kv_store = store;
+  return true;
+}
+
+bool apply_store_argument(const std::string& text, ChainSpec* spec, std::string* error) {
+  if (text.empty()) return true;
+  ChainInstance store;
+  return parse_store_argument(text, &store, error) && set_kv_store(spec, store, error);
+}
 
 bool parse_chain_spec(const std::string& text, ChainSpec* out, std::string* error) {
   ChainSpec spec;
@@ -389,11 +489,24 @@ bool parse_chain_file(const std::string& text, const std::string& source, ChainS
       return false;
     }
   }
-  if (spec.rules.empty()) {
+  if (spec.rules.empty() && !spec.kv_store) {
     *error = source + ": no chain rules (a rule looks like 'decode:0-4=quest')";
     return false;
   }
   *out = std::move(spec);
+  return true;
+}
+
+bool parse_store_argument(const std::string& text, ChainInstance* out, std::string* error) {
+  ChainSpec unused;
+  std::map<std::string, size_t> ids;
+  Parser p(text, "kv store", &unused, &ids);
+  ChainInstance inst;
+  if (!p.read_store_item(&inst) || !p.expect_end()) {
+    *error = p.error();
+    return false;
+  }
+  *out = std::move(inst);
   return true;
 }
 
@@ -414,8 +527,27 @@ bool load_chain_file(const std::string& path, ChainSpec* out, std::string* error
   return parse_chain_file(text, printable(path), out, error);
 }
 
+namespace {
+// name(k=v,...) as read: a list as one '[...]' (its only ']' last), else bare when every character
+// may be bare, else quoted (a value read from quotes holds no '"').
+std::string item_text(const ChainInstance& inst, bool with_params) {
+  std::string out = inst.label();
+  if (!with_params || !inst.params_given) return out;
+  out += "(";
+  for (size_t i = 0; i < inst.params.size(); ++i) {
+    const auto& v = inst.params[i].second;
+    const bool list = !v.empty() && v.front() == '[' && v.find(']') == v.size() - 1;
+    const bool quote = !list && (v.empty() || !std::all_of(v.begin(), v.end(), is_bare_value_char));
+    if (i) out += ",";
+    out += inst.params[i].first + "=" + (quote ? "\"" + v + "\"" : v);
+  }
+  return out + ")";
+}
+}  // namespace
+
 std::string to_string(const ChainSpec& spec) {
   std::string out;
+  if (spec.kv_store) out = "kv_store=" + item_text(*spec.kv_store, true);
   std::set<size_t> printed;  // an instance's parameters are written once, at its first item
   for (const auto& r : spec.rules) {
     if (!out.empty()) out += "; ";
@@ -437,22 +569,8 @@ std::string to_string(const ChainSpec& spec) {
     }
     out += "=";
     for (size_t k = 0; k < r.chain.size(); ++k) {
-      const auto& inst = spec.instances[r.chain[k]];
       if (k) out += ">";
-      out += inst.label();
-      if (inst.params_given && printed.insert(r.chain[k]).second) {
-        out += "(";
-        for (size_t i = 0; i < inst.params.size(); ++i) {
-          const auto& v = inst.params[i].second;
-          // Written as it was read: a list as one '[...]' (its only ']' last), else bare when
-          // every character may be bare, else quoted (a value read from quotes holds no '"').
-          const bool list = !v.empty() && v.front() == '[' && v.find(']') == v.size() - 1;
-          const bool quote = !list && (v.empty() || !std::all_of(v.begin(), v.end(), is_bare_value_char));
-          if (i) out += ",";
-          out += inst.params[i].first + "=" + (quote ? "\"" + v + "\"" : v);
-        }
-        out += ")";
-      }
+      out += item_text(spec.instances[r.chain[k]], printed.insert(r.chain[k]).second);
     }
   }
   return out;
@@ -628,6 +746,8 @@ bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve
       for (const auto& r : reasons) spdlog::warn("{}{} (validate() accepted the geometry)", who, r);
     }
   }
+  ResolvedStore store;
+  resolve_store(spec, registry, geometry, &store, errors);
   if (errors->size() != errors_before) return false;
   for (const auto& label : unused)
     spdlog::info("chain: {} serves no layer (unused, or overridden by later rules); not created", label);
@@ -635,6 +755,7 @@ bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve
   // 6. The resolved chains, with instances renumbered to the ones that serve something.
   ResolvedChains rc;
   rc.n_layers = n_layers;
+  rc.store = std::move(store);
   std::vector<size_t> remap(instances.size(), SIZE_MAX);
   for (size_t i = 0; i < instances.size(); ++i) {
     if (!phases[i]) continue;
