@@ -121,7 +121,7 @@ int cmd_conform(int argc, char** argv) {
     report = runtime::conform(path, options);
   } else {
     registry = runtime::Registry::discover(discovery);
-    std::vector<runtime::StoreUnderTest> stores = runtime::known_stores(registry.plugins());
+    std::vector<runtime::StoreUnderTest> stores = runtime::known_stores(registry);
     if (!store_name.empty()) {
       std::string names;
       for (const auto& st : stores) names += (names.empty() ? "" : ", ") + st.name;

@@ -103,7 +103,7 @@ TEST(ConformStores, OneStoreByName) {
   for (const auto& c : r.j["checks"]) EXPECT_EQ(c["store"], "store_ok") << c;
   const auto none = sieve::testing::run_command(std::string(SIEVE_BIN_DIR) + "/sieve-conform --store no_such_store 2>&1");
   EXPECT_EQ(none.status, 2);
-  EXPECT_THAT(none.out, HasSubstr("no KV store called 'no_such_store' (known: paged-cpu"));
+  EXPECT_THAT(none.out, HasSubstr("no KV store called 'no_such_store' (known: paged"));
 }
 
 // No arguments: the core's stores and every discovered plugin's, each named in its checks; a
@@ -114,10 +114,10 @@ TEST(ConformStores, NoArgumentsRunsEveryStore) {
   std::set<std::string> stores;
   for (const auto& c : r.j["checks"])
     if (c.contains("store")) stores.insert(c["store"]);
-  EXPECT_TRUE(stores.count("paged-cpu")) << r.j.dump(1);
+  EXPECT_TRUE(stores.count("paged")) << r.j.dump(1);
   EXPECT_TRUE(stores.count("store_ok"));
   EXPECT_TRUE(stores.count("store_evict_noop"));
-  const ConformRun core = conform("--store paged-cpu");
+  const ConformRun core = conform("--store paged");
   EXPECT_EQ(core.status, 0) << core.j.dump(1);
 }
 

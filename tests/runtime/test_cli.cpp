@@ -241,7 +241,7 @@ TEST_F(Cli, ConformUsage) {
 TEST_F(Cli, ConformWithoutAPluginChecksTheStores) {
   CliRun r = sieve_cli("conform");
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr(" KV store paged-cpu\n"));
+  EXPECT_THAT(r.out, HasSubstr(" KV store paged\n"));
   EXPECT_THAT(r.out, HasSubstr("PASS  store_round_trip_cpu"));
 }
 

@@ -64,8 +64,7 @@ ConformReport conform(const std::string& path, const ConformOptions& options) {
   if (!load_plugin(path, &plugin, &err)) {
     report.fail("store_table", "loading the plugin for its KV store failed: " + err);
   } else if (plugin.kv_store()) {
-    for (const auto& store : known_stores({plugin}))
-      if (store.api == plugin.kv_store()) conform_store(store, options, &report);
+    conform_store(store_under_test(describe_store(plugin.kv_store(), plugin.name(), path)), options, &report);
   }
   return report;
 }

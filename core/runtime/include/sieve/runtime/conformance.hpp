@@ -19,6 +19,7 @@
 
 #include "sieve/runtime/loader.hpp"
 #include "sieve/runtime/params.hpp"
+#include "sieve/runtime/registry.hpp"
 
 namespace sieve::runtime {
 
@@ -117,9 +118,10 @@ struct StoreUnderTest {
   uint32_t devices_1_0 = SIEVE_DEVICE_CPU;
 };
 
-// The one place that lists the stores `sieve conform` checks with no arguments: the core's own
-// stores, then the store of every plugin in `plugins` (which must outlive the returned tables).
-std::vector<StoreUnderTest> known_stores(const std::vector<LoadedPlugin>& plugins);
+// The one place that lists the stores `sieve conform` checks with no arguments: the registry's
+// stores (the core's, then every plugin's; `registry` must outlive the returned tables).
+std::vector<StoreUnderTest> known_stores(const Registry& registry);
+StoreUnderTest store_under_test(const StoreEntry& entry);
 
 // The suite on one store: its table, then every device it declares, each part in a forked child
 // (a crash or hang fails the check that was running); checks are appended to `report`, each
