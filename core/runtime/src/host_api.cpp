@@ -222,7 +222,7 @@ sieve_status sieve_runtime_plugin_info(sieve_runtime* rt, uint32_t index, sieve_
         full.n_params = api->n_params;
         full.params_stride = param_stride(api->params, api->n_params);
       }
-      if (SIEVE_HAS_FIELD(p.table, sieve_plugin, n_tools) && p.table->tools) {
+      if (!p.tools().empty()) {  // checked at load: one stride, each entry well formed
         full.tools = p.table->tools;
         full.n_tools = p.table->n_tools;
       }
