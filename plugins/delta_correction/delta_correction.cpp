@@ -41,6 +41,9 @@
 #include <vector>
 
 #include "correction_rows.hpp"
+#ifdef SIEVE_PLUGIN_TOOLS
+#include "tools/tools.hpp"
+#endif
 #if SIEVE_WITH_CUDA
 #include "cuda/delta_apply.hpp"
 #endif
@@ -105,6 +108,10 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
       .conform_params = nullptr,
       .selection_basis = SIEVE_SELECTION_BASIS_NONE,
   };
+#ifdef SIEVE_PLUGIN_TOOLS
+  static constexpr sieve_tool kTools[] = {sp::tool<sieve::delta_correction::diag_main>(
+      "diag", "output cosine and attention-row Spearman of sparse / recompute / Δ prefill vs dense, per layer")};
+#endif
 
   static void validate(const sieve_geometry& g, const sp::Params&, sp::Reasons& r) {
     // q_rows and the query-token indices are int32.

@@ -50,6 +50,9 @@
 #include "cpu/select_cpu.hpp"
 #include "deltax_attention.hpp"
 #include "math/dpxa_math.hpp"
+#ifdef SIEVE_PLUGIN_TOOLS
+#include "tools/tools.hpp"
+#endif
 #if SIEVE_WITH_CUDA
 #include "cuda/select_driver.hpp"
 #endif
@@ -116,6 +119,10 @@ class DpxaPolicy final : public sp::PolicyBase {
       .conform_params = "block=64",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
   };
+#ifdef SIEVE_PLUGIN_TOOLS
+  static constexpr sieve_tool kTools[] = {sp::tool<sd::calibrate_main>(
+      "calibrate", "per-(layer, head) tau so the kept tiles cover a target share of the exact mass")};
+#endif
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
     const int64_t block = p.integer("block");

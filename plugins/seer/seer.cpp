@@ -51,6 +51,9 @@
 #include "gate/builtin_gate.hpp"
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
+#ifdef SIEVE_PLUGIN_TOOLS
+#include "tools/tools.hpp"
+#endif
 #if SIEVE_WITH_CUDA
 #include <memory>
 
@@ -121,6 +124,10 @@ class SeerPolicy final : public sp::PolicyBase {
       .conform_params = "weights=builtin:mean,block=64,token_budget=256",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
   };
+#ifdef SIEVE_PLUGIN_TOOLS
+  static constexpr sieve_tool kTools[] = {sp::tool<sg::distill_gate_main>(
+      "distill-gate", "self-distil a SeerAttention-R gate for a model (this plugin's weights file)")};
+#endif
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
     const int64_t block = p.integer("block");

@@ -166,6 +166,17 @@ class ModalPolicy final : public sp::PolicyBase {
   sp::HostBuffer scratch_;
 };
 
+// Tools: one returns the number of arguments it saw past argv[0], one throws.
+int count_args_main(int argc, const char* const* argv) { return argc > 1 && argv[1] ? argc - 1 : 0; }
+int throwing_main(int, const char* const*) { throw std::runtime_error("no model named 'x'"); }
+class ToolPolicy final : public AppendBase {
+ public:
+  static constexpr sieve_policy_descriptor kDescriptor = MinimalPolicy::kDescriptor;
+  static constexpr sieve_tool kTools[] = {sp::tool<count_args_main>("count-args", "counts its arguments"),
+                                          sp::tool<throwing_main>("throws", "fails")};
+  using AppendBase::AppendBase;
+};
+
 }  // namespace
 
 SIEVE_DEFINE_PLUGIN(ProbePolicy);
@@ -244,6 +255,28 @@ TEST(PluginSupport, AnInstanceDeclaresTheHooksItUses) {
   EXPECT_EQ(err.lines.back(), "create: use_hooks() names correct, which the policy class does not override "
                               "(it overrides select, attend)");
   EXPECT_EQ(host.live_allocations(), 0u);
+}
+
+TEST(PluginSupport, ToolsDeclaredInTheClassReachThePluginTable) {
+  const sieve_plugin& with = sp::plugin_table_v<ToolPolicy>;
+  EXPECT_EQ(with.hdr.struct_size, sizeof(sieve_plugin));
+  ASSERT_EQ(with.n_tools, 2u);
+  EXPECT_EQ(with.tools, ToolPolicy::kTools);
+  EXPECT_STREQ(with.tools[0].name, "count-args");
+  EXPECT_EQ(with.tools[1].hdr.struct_size, sizeof(sieve_tool));
+  const sieve_plugin& without = sp::plugin_table_v<MinimalPolicy>;
+  EXPECT_EQ(without.tools, nullptr);
+  EXPECT_EQ(without.n_tools, 0u);
+}
+
+TEST(PluginSupport, AToolRunsItsMainAndAThrowIsOneLineAndStatus1) {
+  const sieve_tool* tools = sp::plugin_table_v<ToolPolicy>.tools;
+  const char* argv[] = {"sieve tool minimal count-args", "a", "b", nullptr};
+  EXPECT_EQ(tools[0].run(3, argv), 2);
+  ::testing::internal::CaptureStderr();
+  const char* argv2[] = {"sieve tool minimal throws", nullptr};
+  EXPECT_EQ(tools[1].run(1, argv2), 1);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "sieve tool minimal throws: no model named 'x'\n");
 }
 
 TEST(PluginSupport, EntryPointNegotiatesTheMajor) {

@@ -22,6 +22,8 @@
 //         .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
 //         .conform_params = "pages=4",              // ABI 1.1: what `sieve conform` runs
 //         .selection_basis = SIEVE_SELECTION_BASIS_POSITIONAL};  // (every field: -Wextra flags omitted ones)
+//     static constexpr sieve_tool kTools[] = {                    // optional (tool.hpp): its tools
+//         sp::tool<calibrate_main>("calibrate", "per-head budgets from a model's prefill")};
 //
 //     // optional: extra reasons beyond the generic checks (geometry vs descriptor, values vs
 //     // schema); runs only when those passed
@@ -72,6 +74,7 @@
 #include "sieve/plugin/params.hpp"
 #include "sieve/plugin/policy_base.hpp"
 #include "sieve/plugin/reasons.hpp"
+#include "sieve/plugin/tool.hpp"
 
 namespace sieve::plugin {
 
@@ -94,6 +97,16 @@ constexpr const sieve_param_spec* params_of() {
 template <class D>
 constexpr uint32_t n_params_of() {
   if constexpr (requires { D::kParams; }) return uint32_t(std::size(D::kParams));
+  else return 0;
+}
+template <class D>
+constexpr const sieve_tool* tools_of() {
+  if constexpr (requires { D::kTools; }) return std::data(D::kTools);
+  else return nullptr;
+}
+template <class D>
+constexpr uint32_t n_tools_of() {
+  if constexpr (requires { D::kTools; }) return uint32_t(std::size(D::kTools));
   else return 0;
 }
 
@@ -289,9 +302,11 @@ constexpr sieve_policy_api make_policy_api() {
 // The policy table and the plugin table of a policy class (static storage, never freed).
 template <class D>
 inline constexpr sieve_policy_api policy_api_v = make_policy_api<D>();
+// Its tools are the class's kTools (tool.hpp), when it declares them.
 template <class D>
 inline constexpr sieve_plugin plugin_table_v = {SIEVE_HEADER_INIT(sieve_plugin), SIEVE_ABI_MAJOR,
-                                                D::kDescriptor.name, &policy_api_v<D>, nullptr};
+                                                D::kDescriptor.name, &policy_api_v<D>, nullptr,
+                                                detail::tools_of<D>(), detail::n_tools_of<D>()};
 
 }  // namespace sieve::plugin
 
