@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/dpxa_select.hpp"
+
 namespace sieve::dpxa {
 
 struct DeltaxLaunch {
@@ -34,5 +36,10 @@ struct DeltaxLaunch {
 // Enqueue the sequence's attention on a.stream (no allocation, no synchronisation). NULL, or the
 // CUDA error string of a failed launch.
 const char* launch_deltax_attend(const DeltaxLaunch& a) noexcept;
+
+// After launch_sequence of a mode=deltax select (a.exact_bits set): which kept tiles of each
+// (query block, q head) row are exact, into a.exact_bits (deltax_exact.cu). NULL, or the CUDA
+// error string of a failed launch.
+const char* launch_exact_tiles(const SequenceLaunch& a) noexcept;
 
 }  // namespace sieve::dpxa
