@@ -108,9 +108,11 @@ class QuestPolicy final : public sp::PolicyBase {
       bound_scratch_.assign(size_t(g.n_q_heads + 2) * size_t(g.head_dim), 0.0f);
     } else {
 #if SIEVE_WITH_CUDA
-      const size_t keys = sel::quest_select_scratch_keys(g.max_batch, g.n_q_heads, g.n_kv_heads,
-                                                         gqa_share_, max_pages_);
-      if (keys > 0) keys_dev_ = allocate(g.device, sizeof(uint32_t) * keys);
+      const size_t bytes = sel::quest_select_scratch_bytes(g.max_batch, g.n_q_heads, g.n_kv_heads,
+                                                           gqa_share_, max_pages_);
+      scratch_dev_ = allocate(g.device, bytes);
+      if (const char* e = sel::quest_select_scratch_init(scratch_dev_.get<void>(), bytes, cuda_stream()))
+        sp::fail(SIEVE_ERR_DEVICE, "quest select scratch: ", e);
 #endif
     }
     log_debug("token_budget = ", budget_pages_ * g.page_size, " (", budget_pages_,
@@ -202,7 +204,8 @@ class QuestPolicy final : public sp::PolicyBase {
     s.max_pages = max_pages;
     s.group_max = gqa_share_;
     s.budget_pages = budget_pages_;
-    s.keys = keys_dev_.get<uint32_t>();
+    s.scratch = scratch_dev_.get<void>();
+    s.scratch_batch = g.max_batch;
     s.sel_indptr = sieve::data_ptr<int32_t>(selection.indptr);
     s.sel_indices = sieve::data_ptr<int32_t>(selection.indices);
     s.capacity = selection.capacity;
@@ -226,7 +229,7 @@ class QuestPolicy final : public sp::PolicyBase {
   std::vector<int32_t> topk_scratch_;
   std::vector<float> bound_scratch_;
 #if SIEVE_WITH_CUDA
-  sp::HostBuffer keys_dev_;  // device order keys of rows whose keys exceed the kernel's shared memory
+  sp::HostBuffer scratch_dev_;  // device: the select's arrival counters and order keys
 #endif
 };
 

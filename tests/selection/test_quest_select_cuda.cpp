@@ -3,9 +3,10 @@
 // plugin runs on the CPU). Synthetic page tables and min/max records: ragged sequences (one page,
 // empty, a few, thousands), shuffled page ids, budgets below, at and above the page counts,
 // per query head and group max, vector and element-wise bounds, f32/f16/bf16 records, a tiny value
-// alphabet (many tied bounds), NaN and infinite records (fill: ranked last, never dropped), and
-// rows too long for shared memory (the global key scratch). Every output entry is poisoned first,
-// so an unwritten one fails. Skipped without a CUDA device.
+// alphabet (many tied bounds), NaN and infinite records (fill: ranked last, never dropped), one
+// CTA per (sequence, KV head) and many slices of a long sequence (the arrival counter; the same
+// scratch across budgets, so a counter left non-zero would show). Every output entry is poisoned
+// first, so an unwritten one fails. Skipped without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <sieve/selection/page_bound.hpp>
@@ -93,6 +94,10 @@ void check_case(const Case& c, uint32_t seed) {
   Dev<char> d_side(side.dl().data, side.nbytes()), d_q(q.dl().data, q.nbytes());
   Dev<int32_t> d_indptr(indptr.data(), indptr.size()), d_indices(indices.data(), indices.size()),
       d_qo(qo.data(), qo.size());
+  // One scratch for every call below (sized per query head, the larger), zeroed once.
+  const size_t scratch_bytes = sel::quest_select_scratch_bytes(batch, Hq, Hkv, false, max_pages);
+  Dev<char> d_scratch(scratch_bytes);
+  ASSERT_EQ(sel::quest_select_scratch_init(d_scratch.p, scratch_bytes, nullptr), nullptr);
   for (const bool group_max : {false, true}) {
     const int32_t H = group_max ? Hkv : Hq;
     std::vector<float> scores(size_t(std::max(nnz, 1)) * H), scratch(size_t(Hq + 2) * d);
@@ -107,7 +112,6 @@ void check_case(const Case& c, uint32_t seed) {
       ASSERT_EQ(written, cap) << "fill keeps min(pages, budget) per row";
 
       Dev<int32_t> d_ptr(want_ptr.size()), d_out(size_t(cap) + 1);
-      Dev<uint32_t> d_keys(sel::quest_select_scratch_keys(batch, Hq, Hkv, group_max, max_pages));
       ASSERT_EQ(cudaMemset(d_ptr.p, 0xff, d_ptr.n * 4), cudaSuccess);
       ASSERT_EQ(cudaMemset(d_out.p, 0xff, d_out.n * 4), cudaSuccess);
       sel::QuestSelectLaunch a{};
@@ -125,7 +129,8 @@ void check_case(const Case& c, uint32_t seed) {
       a.max_pages = max_pages;
       a.group_max = group_max;
       a.budget_pages = budget;
-      a.keys = d_keys.p;
+      a.scratch = d_scratch.p;
+      a.scratch_batch = batch;
       a.sel_indptr = d_ptr.p;
       a.sel_indices = d_out.p;
       a.capacity = cap;
@@ -164,11 +169,11 @@ TEST(QuestSelectCuda, ElementWiseBoundsMatchTheCpu) {
   check_case({sieve::kF32, sieve::kF32, 256, 4, 4, {33, 90}, 1, true}, 9);       // head_dim > 128
 }
 
-TEST(QuestSelectCuda, RowsBeyondSharedMemoryUseTheScratch) {
+TEST(QuestSelectCuda, LongSequencesSplitIntoSlices) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device: the fused Quest select is not exercised";
-  // Per query head, G = 8: 8 x 1999 keys per CTA exceed the 12288 kept in shared memory.
+  // Per query head, G = 8: 8 rows of 1999 pages, each (sequence, KV head) over several slices.
   check_case({sieve::kBF16, sieve::kF32, 64, 16, 2, {2000, 1500, 40}, 0, false}, 10);
-  // Group max: one row of 13000 pages.
+  // Group max: one row of 13000 pages in ~50 slices, the last to arrive selects.
   check_case({sieve::kBF16, sieve::kBF16, 64, 4, 1, {13000, 100}, 3, false}, 11);
 }
 

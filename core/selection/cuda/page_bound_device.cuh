@@ -48,15 +48,23 @@ __device__ __forceinline__ float half_warp_sum(float acc, unsigned mask) {
 // 8 channels of one chunk (min or max), as loaded: one 16-byte load (two for f32).
 template <class T>
 struct Chunk {  // __half, __nv_bfloat16: channel 2w in the low half of word w, 2w + 1 in the high
+  static constexpr int kParts = 1;  // 16-byte pieces (staged copies, quest_select.cu)
   uint4 raw;
   __device__ __forceinline__ void load(const T* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void set(int, const uint4& v) { raw = v; }
   __device__ __forceinline__ uint32_t word(int w) const {
     return w == 0 ? raw.x : w == 1 ? raw.y : w == 2 ? raw.z : raw.w;
   }
 };
 template <>
 struct Chunk<float> {
+  static constexpr int kParts = 2;
   float4 lo, hi;
+  __device__ __forceinline__ void set(int part, const uint4& v) {
+    const float4 f = make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w));
+    if (part == 0) lo = f;
+    else hi = f;
+  }
   __device__ __forceinline__ void load(const float* p) {
     lo = __ldg(reinterpret_cast<const float4*>(p));
     hi = __ldg(reinterpret_cast<const float4*>(p) + 1);
