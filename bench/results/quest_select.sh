@@ -7,7 +7,9 @@
 #     quest(token_budget=2048) with and without gqa_share, beside PyTorch SDPA;
 #   - Nsight Compute's duration of every kernel of a short quest gqa_share run (batch 16, 32K):
 #     where the select's microseconds go, per launch;
-#   - the kernel suite's small block-sparse decode cases (the fixed cost per call).
+#   - the kernel suite's small block-sparse decode cases (the fixed cost per call), and each of
+#     their kernels' own duration (ncu);
+#   - Nsight Compute's sections (speed of light, memory, occupancy, stalls) of the select kernels.
 # Logs go to $OUT (at most 8 files come back).
 #
 #   bench/results/quest_select.sh BASELINE_TREE
@@ -74,6 +76,22 @@ for v in base new; do
   echo "==== suite $v" >> "$OUT/suite.log"
   timeout 120 $b/sieve_bench --filter='gpu/decode/32q8kv128/bs(1|4|16)/ctx(8192|32768)/bf16/(dense|sparse0.90|sparse0.95)$' \
     >> "$OUT/suite.log" 2>&1; echo "suite $v: rc=$?"
+done
+# Where the block-sparse call's fixed cost goes: each kernel's own duration on the smallest case
+# (its graph replay time in suite.log minus these is the launch gaps and the scratch nodes).
+echo "==== ncu suite new" >> "$OUT/ncu.csv"
+timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv -k regex:'row_mma|split_combine' --launch-count 12 \
+  $N/sieve_bench --filter='gpu/decode/32q8kv128/bs4/ctx8192/bf16/sparse0.95$' 2>&1 | grep -E '^"' >> "$OUT/ncu.csv"
+# The select kernels in detail (throughput, memory, occupancy, stalls): base bound + top-k, new fused.
+for v in base new; do
+  b=$N; [ $v = base ] && b=$Bb
+  echo "==== ncu detail $v" >> "$OUT/ncu_detail.txt"
+  timeout 120 ncu --clock-control none -k regex:'quest_select_kernel|page_bounds_fast|top_k_select|top_k_emit' \
+    --launch-skip 3 --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+    --section WarpStateStats --section LaunchStats \
+    $b/sieve_bench --policy --phase decode --layers 1 --hq 32 --hkv 8 --d 128 --page 16 --dtype bf16 \
+    --ctx 32768 --batch 16 --steps 3 --warmup 1 --chain 'quest(token_budget=2048,gqa_share=true)' \
+    >> "$OUT/ncu_detail.txt" 2>&1; echo "ncu detail $v: rc=$?"
 done
 grep -E "^ *(32768|131072) " "$OUT/policy.log" | cut -c1-160
 exit $status
