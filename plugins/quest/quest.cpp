@@ -15,13 +15,9 @@
 // arrives. In a decode-only chain the prompt's pages are caught up from the pages at the first
 // decode step (minmax_sidecar.hpp), with a warning.
 //
-// A page whose bound is NaN or -inf (NaN/inf in q or the keys) ranks below every other page rather
-// than being dropped, so every row holds exactly min(pages, budget_pages) entries.
-//
 // Hooks: on_append (min/max), select (bound + top-k). Shared code: core/selection (page_bound,
-// top_k, quest_select_cuda). CPU: loops; CUDA: the fused append kernel and one fused select kernel
-// (bound -> top-k -> selection CSR, quest_select_cuda.hpp), on the host's stream with scratch
-// allocated here in create; the select makes no host work proportional to the context.
+// top_k; the same code serves raas). CPU: loops; CUDA: the fused append kernel, the bound kernel
+// and the batched top-k, all on the host's stream with scratch allocated here in create.
 // CUDA graphs: STATIC_SHAPES (grid sizes follow the batch and the lengths of the captured call).
 #include <sieve/plugin/policy_api.hpp>
 #include <sieve/selection/minmax_sidecar.hpp>
@@ -35,7 +31,8 @@
 #include <vector>
 
 #if SIEVE_WITH_CUDA
-#include <sieve/selection/quest_select_cuda.hpp>
+#include <sieve/selection/page_bound_cuda.hpp>
+#include <sieve/selection/top_k_cuda.hpp>
 #endif
 
 namespace {
@@ -108,11 +105,8 @@ class QuestPolicy final : public sp::PolicyBase {
       bound_scratch_.assign(size_t(g.n_q_heads + 2) * size_t(g.head_dim), 0.0f);
     } else {
 #if SIEVE_WITH_CUDA
-      const size_t bytes = sel::quest_select_scratch_bytes(g.max_batch, g.n_q_heads, g.n_kv_heads,
-                                                           gqa_share_, max_pages_);
-      scratch_dev_ = allocate(g.device, bytes);
-      if (const char* e = sel::quest_select_scratch_init(scratch_dev_.get<void>(), bytes, cuda_stream()))
-        sp::fail(SIEVE_ERR_DEVICE, "quest select scratch: ", e);
+      scores_dev_ = allocate(g.device, sizeof(float) * std::max<size_t>(score_count, 1));
+      topk_dev_ = allocate(g.device, sel::top_k_cuda_scratch_bytes(int64_t(g.max_batch) * heads_));
 #endif
     }
     log_debug("token_budget = ", budget_pages_ * g.page_size, " (", budget_pages_,
@@ -160,9 +154,8 @@ class QuestPolicy final : public sp::PolicyBase {
  private:
   sel::TopKBatch batch_of(const sieve_layer_call& call, const float* scores, sel::ScoreLayout layout,
                           const int32_t* seg_indptr) const {
-    // Last page forced (tail = 1), the best budget_pages - 1 of the others; non-finite bounds
-    // rank last (fill), as the CUDA select does.
-    return sel::TopKBatch{scores, layout, seg_indptr, call.batch, heads_, 0, 1, budget_pages_ - 1, true};
+    // Last page forced (tail = 1), the best budget_pages - 1 of the others.
+    return sel::TopKBatch{scores, layout, seg_indptr, call.batch, heads_, 0, 1, budget_pages_ - 1};
   }
 
   void select_cpu(const sieve_layer_call& call, sieve_selection& selection) {
@@ -180,38 +173,51 @@ class QuestPolicy final : public sp::PolicyBase {
   void select_cuda(const sieve_layer_call& call, sieve_selection& selection, int32_t max_pages) {
     const sieve_paged_kv& view = *call.kv_view;
     const sieve_geometry& g = geometry();
-    if (max_pages > max_pages_)
-      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "a sequence holds ", max_pages, " pages, more than max_seq_len (",
-               g.max_seq_len, " tokens = ", max_pages_, " pages) allows");
+    const int64_t nnz_pages = view.indptr_host[call.batch];
+    const sel::ScoreLayout layout{1, nnz_pages};  // [H, nnz pages]: top-k rows read contiguously
     const DLTensor side = sidecar_.tensor(call);
-    sel::QuestSelectLaunch s{};
-    s.q = sieve::data_ptr<const void>(*call.q);
-    s.q_dtype = sel::storage_of(call.q->dtype);
-    if (s.q_dtype == sel::Storage::invalid || call.q->ndim != 3 || call.q->shape[1] != g.n_q_heads ||
+    sel::PageBoundLaunch b{};
+    b.q = sieve::data_ptr<const void>(*call.q);
+    b.q_dtype = sel::storage_of(call.q->dtype);
+    if (b.q_dtype == sel::Storage::invalid || call.q->ndim != 3 || call.q->shape[1] != g.n_q_heads ||
         call.q->shape[2] != g.head_dim || !sieve::is_contiguous(*call.q) ||
         call.q->device.device_type != kDLCUDA)
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "q must be a compact CUDA [n, ", g.n_q_heads, ", ",
                g.head_dim, "] f32/f16/bf16 tensor");
-    s.qo_indptr = sieve::data_ptr<const int32_t>(*call.qo_indptr);
-    s.n_q_heads = g.n_q_heads;
-    s.sidecar = sieve::data_ptr<const void>(side);
-    s.kv_dtype = sel::storage_of(side.dtype);
-    s.n_kv_heads = g.n_kv_heads;
-    s.head_dim = g.head_dim;
-    s.kv_indptr = sieve::data_ptr<const int32_t>(view.indptr);
-    s.kv_indices = sieve::data_ptr<const int32_t>(view.indices);
-    s.batch = call.batch;
-    s.max_pages = max_pages;
-    s.group_max = gqa_share_;
-    s.budget_pages = budget_pages_;
-    s.scratch = scratch_dev_.get<void>();
-    s.scratch_batch = g.max_batch;
-    s.sel_indptr = sieve::data_ptr<int32_t>(selection.indptr);
-    s.sel_indices = sieve::data_ptr<int32_t>(selection.indices);
-    s.capacity = selection.capacity;
-    s.stream = cuda_stream();
-    if (const char* e = sel::launch_quest_select(s))
-      sp::fail(SIEVE_ERR_DEVICE, "quest select kernel launch failed: ", e);
+    b.qo_indptr = sieve::data_ptr<const int32_t>(*call.qo_indptr);
+    b.n_q_heads = g.n_q_heads;
+    b.sidecar = sieve::data_ptr<const void>(side);
+    b.kv_dtype = sel::storage_of(side.dtype);
+    b.n_kv_heads = g.n_kv_heads;
+    b.head_dim = g.head_dim;
+    b.kv_indptr = sieve::data_ptr<const int32_t>(view.indptr);
+    b.kv_indices = sieve::data_ptr<const int32_t>(view.indices);
+    b.batch = call.batch;
+    b.max_pages = max_pages;
+    b.group_max = gqa_share_;
+    b.scores = scores_dev_.get<float>();
+    b.layout = layout;
+    b.stream = cuda_stream();
+    if (const char* e = sel::launch_page_bounds(b))
+      sp::fail(SIEVE_ERR_DEVICE, "quest bound kernel launch failed: ", e);
+    sel::TopKCudaLaunch t{};
+    const sel::TopKBatch batch = batch_of(call, b.scores, layout, nullptr);
+    t.scores = batch.scores;
+    t.layout = layout;
+    t.seg_indptr = sieve::data_ptr<const int32_t>(view.indptr);
+    t.n_segments = call.batch;
+    t.rows_per_segment = heads_;
+    t.head = batch.head;
+    t.tail = batch.tail;
+    t.k = batch.k;
+    t.scratch = topk_dev_.get();
+    t.sel_indptr = sieve::data_ptr<int32_t>(selection.indptr);
+    t.sel_indices = sieve::data_ptr<int32_t>(selection.indices);
+    t.capacity = selection.capacity;
+    t.stream = cuda_stream();
+    t.max_row_items = max_pages;  // sizes the top-k's shared key buffer to the longest row
+    if (const char* e = sel::launch_top_k_cuda(t))
+      sp::fail(SIEVE_ERR_DEVICE, "quest top-k kernel launch failed: ", e);
   }
 #else
   [[noreturn]] void select_cuda(const sieve_layer_call&, sieve_selection&, int32_t) {
@@ -229,7 +235,8 @@ class QuestPolicy final : public sp::PolicyBase {
   std::vector<int32_t> topk_scratch_;
   std::vector<float> bound_scratch_;
 #if SIEVE_WITH_CUDA
-  sp::HostBuffer scratch_dev_;  // device: the select's arrival counters and order keys
+  sp::HostBuffer scores_dev_;  // device f32 [H, max_batch * max_pages]
+  sp::HostBuffer topk_dev_;    // device kept counts per row
 #endif
 };
 

@@ -1,6 +1,5 @@
 // top_k.hpp: every row against a full sort by (score desc, index asc) — ties from a small score
-// alphabet, -inf/NaN items (dropped, or ranked last with fill), -0/+0, forced head/tail clipping,
-// the dense rule — and the batch
+// alphabet, -inf/NaN items, -0/+0, forced head/tail clipping, the dense rule — and the batch
 // layouts ([nnz, H] and [H, nnz]) against row-by-row calls.
 #include <gtest/gtest.h>
 #include <sieve/selection/top_k.hpp>
@@ -24,16 +23,12 @@ std::vector<int32_t> reference(const std::vector<float>& s, sel::TopKRow r) {
     for (int32_t j = 0; j < n; ++j) out.push_back(j);
     return out;
   }
-  auto finite = [&](int32_t j) {
-    return !std::isnan(s[size_t(j)]) && s[size_t(j)] != -std::numeric_limits<float>::infinity();
-  };
   std::vector<int32_t> mid;
   for (int32_t j = head; j < n - tail; ++j)
-    if (r.fill || finite(j)) mid.push_back(j);
+    if (!std::isnan(s[size_t(j)]) && s[size_t(j)] != -std::numeric_limits<float>::infinity())
+      mid.push_back(j);
   std::stable_sort(mid.begin(), mid.end(), [&](int32_t a, int32_t b) {
-    // stable: equal scores keep index order; -0 == +0; with fill, non-finite after every finite
-    if (finite(a) != finite(b)) return finite(a);
-    return finite(a) && s[size_t(a)] > s[size_t(b)];
+    return s[size_t(a)] > s[size_t(b)];  // stable: equal scores keep index order; -0 == +0
   });
   mid.resize(std::min<size_t>(mid.size(), size_t(std::max(r.k, 0))));
   for (int32_t j = 0; j < head; ++j) out.push_back(j);
@@ -66,13 +61,13 @@ TEST(TopK, RowsMatchAFullSortIncludingTiesAndNonFiniteScores) {
   std::uniform_int_distribution<int> len(0, 70), small(-1, 6);
   for (int iter = 0; iter < 3000; ++iter) {
     const int32_t n = len(rng);
-    const sel::TopKRow r{n, small(rng), small(rng), small(rng) * 3, iter % 3 == 0};
+    const sel::TopKRow r{n, small(rng), small(rng), small(rng) * 3};
     const auto s = random_scores(rng, n, iter % 2 == 0);
     std::vector<int32_t> out(size_t(n) + 1, -7), scratch(size_t(n) + 1, -9);
     const int32_t m = sel::top_k_row(r, s.data(), 1, out.data(), scratch.data());
     out.resize(size_t(m));
     ASSERT_EQ(out, reference(s, r)) << "iter " << iter << " n=" << n << " head=" << r.head
-                                    << " tail=" << r.tail << " k=" << r.k << " fill=" << r.fill;
+                                    << " tail=" << r.tail << " k=" << r.k;
     for (int32_t i = 1; i < m; ++i) ASSERT_LT(out[size_t(i - 1)], out[size_t(i)]);
   }
 }
@@ -87,11 +82,6 @@ TEST(TopK, KeepsAllWhenTheRowFitsAndNeverPicksMinusInfinity) {
   const int32_t m = sel::top_k_row({6, 0, 1, 3}, s.data(), 1, out.data(), scratch.data());
   out.resize(size_t(m));
   EXPECT_EQ(out, (std::vector<int32_t>{2, 5}));
-  // fill: -inf ranks below every finite score, then by index, and still counts: 3 of the middle.
-  std::vector<int32_t> filled(8);
-  const int32_t f = sel::top_k_row({6, 0, 1, 3, true}, s.data(), 1, filled.data(), scratch.data());
-  filled.resize(size_t(f));
-  EXPECT_EQ(filled, (std::vector<int32_t>{0, 1, 2, 5}));
   // order_key: -0 == +0, NaN and -inf are 0, +inf is the largest.
   EXPECT_EQ(sel::order_key(-0.0f), sel::order_key(0.0f));
   EXPECT_EQ(sel::order_key(ninf), 0u);

@@ -1,7 +1,6 @@
 // CPU top-k (top_k.hpp): candidates = middle items with a finite score, partially ordered by
 // (order_key desc, index asc) — a strict total order, so the chosen set is unique and equals the
-// CUDA batch's (which finds the same k-th key by radix select and takes ties by index). With
-// `fill`, key 0 (-inf, NaN) items are candidates too: the order still ranks them last.
+// CUDA batch's (which finds the same k-th key by radix select and takes ties by index).
 #include "sieve/selection/top_k.hpp"
 
 #include <algorithm>
@@ -17,7 +16,7 @@ int32_t top_k_row(TopKRow row, const float* scores, int64_t stride, int32_t* out
   }
   int32_t m = 0;
   for (int32_t j = c.middle_begin(); j < c.middle_end(); ++j)
-    if (row.fill || order_key(scores[j * stride]) != 0u) scratch[m++] = j;
+    if (order_key(scores[j * stride]) != 0u) scratch[m++] = j;
   const int32_t take = std::min(m, c.k);
   if (take < m) {
     auto better = [&](int32_t a, int32_t b) {
@@ -52,7 +51,7 @@ int64_t top_k_batch_cpu(const TopKBatch& b, int32_t* indptr, int32_t* indices, i
   for (int32_t s = 0; s < b.n_segments; ++s) {
     const int32_t n = b.seg_indptr[s + 1] - b.seg_indptr[s];
     for (int32_t h = 0; h < H; ++h) {
-      w += top_k_row({n, b.head, b.tail, b.k, b.fill},
+      w += top_k_row({n, b.head, b.tail, b.k},
                      b.scores + int64_t(b.seg_indptr[s]) * b.layout.item_stride +
                          h * b.layout.head_stride,
                      b.layout.item_stride, indices + w, scratch);

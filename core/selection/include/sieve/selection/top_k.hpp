@@ -8,10 +8,7 @@
 // scores -> lower index first. An item scored -inf or NaN is never picked by the top-k part (so a
 // row may keep fewer than head + tail + k). When n <= head + tail + k the row keeps all n items
 // (the dense case, whatever the scores). The kept indices are written in ascending order (a
-// selection row must be strictly increasing). With `fill` set, -inf and NaN items rank below every
-// finite one (then by index) instead of being dropped, so every row keeps exactly
-// min(n, head + tail + k) items: rows of a size known from n alone (Quest's fused CUDA select
-// writes its CSR at offsets computed from the page counts, with no pass over the kept counts).
+// selection row must be strictly increasing).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -29,7 +26,6 @@ struct TopKRow {
   int32_t head;  // first items always kept
   int32_t tail;  // last items always kept
   int32_t k;     // best middle items kept
-  bool fill = false;  // rank non-finite items last instead of dropping them (see above)
 };
 
 // The forced prefix/suffix of a row, clipped so they never overlap or exceed n.
@@ -92,7 +88,6 @@ struct TopKBatch {
   int32_t n_segments;
   int32_t rows_per_segment;   // H
   int32_t head, tail, k;      // the same for every row
-  bool fill = false;          // TopKRow::fill, for every row
 };
 
 // Upper bound of the entries the batch writes (host side, from the segment sizes).
