@@ -9,7 +9,8 @@
 #     where the select's microseconds go, per launch;
 #   - the kernel suite's small block-sparse decode cases (the fixed cost per call), and each of
 #     their kernels' own duration (ncu);
-#   - Nsight Compute's sections (speed of light, memory, occupancy, stalls) of the select kernels.
+#   - Nsight Compute's sections (speed of light, memory, occupancy, stalls) of the select kernels
+#     (the bound + top-k; quest_select for the fused kernel of commits 543247d..f64fbc6).
 # Logs go to $OUT (at most 8 files come back).
 #
 #   bench/results/quest_select.sh BASELINE_TREE
@@ -86,7 +87,7 @@ timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv -k re
 for v in base new; do
   b=$N; [ $v = base ] && b=$Bb
   echo "==== ncu detail $v" >> "$OUT/ncu_detail.txt"
-  timeout 120 ncu --clock-control none -k regex:'quest_select_kernel|page_bounds_fast|top_k_select|top_k_emit' \
+  timeout 120 ncu --clock-control none -k regex:'page_bounds_fast|top_k_select|top_k_emit|quest_select' \
     --launch-skip 3 --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
     --section WarpStateStats --section LaunchStats \
     $b/sieve_bench --policy --phase decode --layers 1 --hq 32 --hkv 8 --d 128 --page 16 --dtype bf16 \
