@@ -142,7 +142,7 @@ struct KeyList {
     selection_row_range(p, row_, begin_, end_);
     init_sparse(p, b_, page_base_, n_pages_, limit_, row_, begin_, end_);
   }
-  // The same with the row's indptr entries already loaded (unchecked: checked here).
+  // The same with the row's indptr entries already loaded by the caller (validated here).
   __device__ void init_sparse(const AttnParams& p, int32_t b_, int32_t page_base_, int32_t n_pages_,
                               int32_t limit_, int64_t row_, int32_t begin_, int32_t end) {
     b = b_;
