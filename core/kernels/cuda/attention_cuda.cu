@@ -298,6 +298,11 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   p.lse = a.lse ? data_ptr<float>(*a.lse) : nullptr;
   p.qo_indptr = data_ptr<const int32_t>(*a.qo_indptr);
   p.q_rows = a.q_rows ? data_ptr<const int32_t>(*a.q_rows) : nullptr;
+  // Decode (one query token per sequence): token b is sequence b's, so the kernels skip the
+  // search of qo_indptr (one dependent round trip per CTA). O(batch) on the host mirror.
+  p.token_is_sequence = s.n_q_tokens == s.batch;
+  for (int32_t b = 0; p.token_is_sequence && b < s.batch; ++b)
+    p.token_is_sequence = a.qo_indptr_host[b + 1] == b + 1;
   p.n_work = plan.n_work;
   p.n_q_tokens = s.n_q_tokens;
   p.batch = s.batch;
