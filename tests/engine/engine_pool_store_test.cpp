@@ -352,3 +352,50 @@ TEST(EnginePoolStore, EvictionWithoutAReleaseSinkIsRefused) {
   ASSERT_EQ(f.st->api->seq_len(f.st->s, 0, f.ids[0], &len), SIEVE_OK);
   EXPECT_EQ(len, 40) << "nothing was forgotten";
 }
+
+TEST(EnginePoolStore, APrefixPageTheEngineSharesKeepsItsSidecars) {
+  // vLLM's prefix caching: a new request's table starts with full pages another request holds.
+  Filled f(40);
+  sieve_sidecar_desc d{};
+  d.hdr = SIEVE_HEADER_INIT(sieve_sidecar_desc);
+  d.name = "test.mark";
+  d.dtype = kF32;
+  d.elems_per_head = 1;
+  int32_t slot = -1;
+  ASSERT_EQ(f.st->api->register_sidecar(f.st->s, &d, &slot), SIEVE_OK) << f.st->error();
+  DLTensor side{};
+  ASSERT_EQ(f.st->api->sidecar(f.st->s, 0, slot, &side), SIEVE_OK);
+  const std::vector<int32_t> a_pages = f.engine->pages_of(0, f.ids[0]);
+  for (int32_t p : a_pages) static_cast<float*>(side.data)[p * f.sh.hkv] = 7.f;
+  // Request b: the first two (full) pages of a, then a page of its own; 33 tokens.
+  const int32_t b = f.st->add();
+  const std::vector<int32_t> table = {a_pages[0], a_pages[1], a_pages[2] == 0 ? 1 : 0};
+  std::vector<int32_t> own(table);
+  own.back() = [&] {  // a page nobody holds
+    for (int32_t p = 0;; ++p)
+      if (std::find(a_pages.begin(), a_pages.end(), p) == a_pages.end()) return p;
+  }();
+  const std::vector<int32_t> indptr = {0, 3}, last = {1};
+  int64_t n1[1] = {2}, n2[1] = {3}, n3[1] = {1};
+  sieve_kv_pages p = f.engine->table(0, f.ids);
+  p.batch = 1;
+  p.seq_ids = &b;
+  p.indptr_host = indptr.data();
+  p.last_page_len_host = last.data();
+  p.indices_host = own.data();
+  p.indptr = make_view(const_cast<int32_t*>(indptr.data()), kCpu, kI32, 1, n1);
+  p.indices = make_view(own.data(), kCpu, kI32, 1, n2);
+  p.last_page_len = make_view(const_cast<int32_t*>(last.data()), kCpu, kI32, 1, n3);
+  ASSERT_EQ(f.bind(p), "");
+  static_cast<float*>(side.data)[own[2] * f.sh.hkv] = 3.f;  // stale from some earlier owner
+  HostTensor k = rows(33, f.sh, 2);
+  const std::vector<int32_t> ids = {b}, tok = {0, 33};
+  const sieve_kv_append a = append_of(0, ids, tok, k.operator->(), k.operator->(), nullptr);
+  ASSERT_EQ(f.st->api->append(f.st->s, &a), SIEVE_OK) << f.st->error();
+  EXPECT_EQ(static_cast<float*>(side.data)[a_pages[0] * f.sh.hkv], 7.f) << "shared pages keep their sidecar";
+  EXPECT_EQ(static_cast<float*>(side.data)[a_pages[1] * f.sh.hkv], 7.f);
+  EXPECT_EQ(static_cast<float*>(side.data)[own[2] * f.sh.hkv], 0.f) << "a page new to every sequence is zeroed";
+  // Evicting a shared page from one request leaves the other's sidecar alone.
+  ASSERT_EQ(f.st->api->remove_sequence(f.st->s, f.ids[0]), SIEVE_OK);
+  EXPECT_EQ(static_cast<float*>(side.data)[a_pages[0] * f.sh.hkv], 7.f);
+}

@@ -39,6 +39,7 @@ EnginePoolBase::EnginePoolBase(const sieve_host_services* services, const sieve_
   const int L = config_.geometry.n_layers;
   bound_.resize(size_t(L));
   pages_in_use_.assign(size_t(L), 0);
+  holders_.assign(size_t(L), std::vector<int32_t>(size_t(config_.pages_per_layer), 0));
   // The config's borrowed pointers do not outlive create.
   config_.params = nullptr;
   config_.n_params = 0;
@@ -81,7 +82,10 @@ int32_t EnginePoolBase::add_sequence() {
 // The engine frees a finished request's pages itself: nothing goes to the release sink.
 void EnginePoolBase::remove_sequence(int32_t seq) {
   Sequence& s = sequence(seq);
-  for (size_t l = 0; l < s.pages.size(); ++l) pages_in_use_[l] -= int64_t(s.pages[l].size());
+  for (size_t l = 0; l < s.pages.size(); ++l) {
+    pages_in_use_[l] -= int64_t(s.pages[l].size());
+    for (int32_t p : s.pages[l]) --holders_[l][size_t(p)];
+  }
   s = Sequence{};
 }
 
@@ -269,7 +273,9 @@ void EnginePoolBase::append(const sieve_kv_append& a) {
     Sequence& s = sequence(a.seq_ids[i]);
     auto& known = s.pages[L];
     const int32_t lo = b.pages.indptr_host[at[size_t(i)]], hi = b.pages.indptr_host[at[size_t(i)] + 1];
-    for (int32_t k = lo + int32_t(known.size()); k < hi; ++k) fresh_.push_back(b.indices_host[k]);
+    // A page another sequence already holds (an engine's shared prefix) keeps its sidecars.
+    for (int32_t k = lo + int32_t(known.size()); k < hi; ++k)
+      if (holders_[L][size_t(b.indices_host[k])]++ == 0) fresh_.push_back(b.indices_host[k]);
     pages_in_use_[L] += hi - lo - int64_t(known.size());
     known.insert(known.end(), b.indices_host + lo + known.size(), b.indices_host + hi);
     // Token t of the sequence is in its page t / page_size: every page but the last is full
@@ -360,6 +366,7 @@ uint64_t EnginePoolBase::evict(int32_t layer, int32_t seq, const int32_t* logica
   // Sieve forgets the pages first: the engine may reuse them as soon as the sink returns.
   pages = std::move(kept);
   pages_in_use_[size_t(layer)] -= int64_t(freed.size());
+  for (int32_t p : freed) --holders_[size_t(layer)][size_t(p)];
   s.resident[size_t(layer)] -= int32_t(freed.size()) * config_.geometry.page_size;  // never the last page
   bound_[size_t(layer)].valid = false;  // the engine's table still names them: it binds anew
   config_.release.release(config_.release.ctx, layer, seq, freed.data(), int32_t(freed.size()));

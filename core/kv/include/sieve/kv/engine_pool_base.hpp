@@ -5,9 +5,10 @@
 //     and that each sequence's table starts with the pages Sieve already knows for it (an engine
 //     only appends pages to a request, and drops exactly the pages Sieve evicted);
 //   - on append, counts the new tokens (the table must then hold exactly the tokens Sieve has),
-//     zeroes the sidecars of pages new to the sequence, and writes the tokens into the last slots
-//     the table names unless the engine already wrote them (new_tokens_written); pre-RoPE keys,
-//     when kept, always go to Sieve's own pool, indexed by the engine's page ids;
+//     zeroes the sidecars of pages no sequence held before (a prefix page the engine shares
+//     between requests keeps them), and writes the tokens into the last slots the table names
+//     unless the engine already wrote them (new_tokens_written); pre-RoPE keys, when kept, always
+//     go to Sieve's own pool, indexed by the engine's page ids;
 //   - hands out the engine's pool as the view (strided for NHD and combined pools) with the
 //     bound table, copying no K/V;
 //   - on evict, sends the physical pages to the engine's release sink and forgets them.
@@ -107,6 +108,7 @@ class EnginePoolBase {
   std::vector<Sequence> seqs_;
   std::vector<Bound> bound_;            // per layer
   std::vector<int64_t> pages_in_use_;   // per layer: pages Sieve's sequences name
+  std::vector<std::vector<int32_t>> holders_;  // per layer, per page id: sequences naming it
   std::vector<uint32_t> seen_;          // bind's duplicate check: stamp per page id, grow-only
   uint32_t stamp_ = 0;
   std::vector<TokenSlot> slots_;        // append's scratch, grow-only
