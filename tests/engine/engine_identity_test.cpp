@@ -28,16 +28,6 @@ const char* kChains[] = {
     "prefill:*=streaming(sink=4,window=64)>delta_correction",
 };
 
-struct LayoutCase {
-  const char* name;
-  uint32_t layout;
-  int32_t combined_hnd;
-  int64_t choice;
-};
-const LayoutCase kLayouts[] = {{"hnd", SIEVE_KV_LAYOUT_HND, 0, 0},
-                               {"nhd", SIEVE_KV_LAYOUT_NHD, 0, 1},
-                               {"combined", SIEVE_KV_LAYOUT_COMBINED, 0, 2},
-                               {"combined_hnd", SIEVE_KV_LAYOUT_COMBINED, 1, 3}};
 
 void expect_same(const Record& core, const Record& pool) {
   ASSERT_EQ(core.outputs.size(), pool.outputs.size());

@@ -10,6 +10,7 @@
 
 #include "engine/engine_sim.hpp"
 #include "engine/view_read.hpp"
+#include "kv/kv_test_support.hpp"
 #include "sieve/kv/engine_pool.hpp"
 #include "sieve/policy.h"
 
@@ -18,16 +19,6 @@ using namespace sieve::engine_test;
 
 namespace {
 
-struct LayoutCase {
-  const char* name;
-  uint32_t layout;
-  int32_t combined_hnd;
-  int64_t param;  // index of the `layout` choice
-};
-const LayoutCase kLayouts[] = {{"hnd", SIEVE_KV_LAYOUT_HND, 0, 0},
-                               {"nhd", SIEVE_KV_LAYOUT_NHD, 0, 1},
-                               {"combined", SIEVE_KV_LAYOUT_COMBINED, 0, 2},
-                               {"combined_hnd", SIEVE_KV_LAYOUT_COMBINED, 1, 3}};
 
 // A store through the C table, for an engine of `shape`.
 struct PoolStore {
@@ -84,18 +75,11 @@ HostTensor rows(int64_t n, const EngineShape& sh, uint32_t seed) {
   return t;
 }
 
+// The paged-store tests' append record (ids and indptr are only read).
 sieve_kv_append append_of(int32_t layer, const std::vector<int32_t>& ids, const std::vector<int32_t>& indptr,
                           const DLTensor* k, const DLTensor* v, const DLTensor* kpre) {
-  sieve_kv_append a{};
-  a.hdr = SIEVE_HEADER_INIT(sieve_kv_append);
-  a.layer = layer;
-  a.batch = int32_t(ids.size());
-  a.seq_ids = ids.data();
-  a.token_indptr = indptr.data();
-  a.k = k;
-  a.v = v;
-  a.k_pre_rope = kpre;
-  return a;
+  return kv_test::make_append(layer, const_cast<std::vector<int32_t>&>(ids), const_cast<std::vector<int32_t>&>(indptr),
+                              k, v, kpre);
 }
 
 // Ragged calls (a prefill of 37 and 20 tokens, then decode steps, one crossing a page) for two
@@ -109,7 +93,7 @@ void round_trip(DLDevice device, const LayoutCase& lc, bool written) {
   sh.combined_hnd = lc.combined_hnd;
   sh.dtype = kBF16;
   EngineSim engine(services, sh);
-  PoolStore st(services, sh, lc.param, /*keep_pre_rope=*/1, engine.sink());
+  PoolStore st(services, sh, lc.choice, /*keep_pre_rope=*/1, engine.sink());
   const std::vector<int32_t> ids = {st.add(), st.add()};
   std::vector<std::vector<std::vector<float>>> truth(2);  // [b][token*hkv + h] -> row (pre-RoPE: K * -1)
   const std::vector<std::vector<int32_t>> calls = {{37, 20}, {1, 1}, {11, 12}, {1, 1}};

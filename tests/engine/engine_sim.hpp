@@ -28,6 +28,18 @@ struct EngineShape {
   uint32_t seed = 7;
 };
 
+// The four pool layouts of the `layout` parameter, in its order.
+struct LayoutCase {
+  const char* name;
+  uint32_t layout;
+  int32_t combined_hnd;
+  int64_t choice;  // index of the `layout` choice
+};
+inline constexpr LayoutCase kLayouts[] = {{"hnd", SIEVE_KV_LAYOUT_HND, 0, 0},
+                                          {"nhd", SIEVE_KV_LAYOUT_NHD, 0, 1},
+                                          {"combined", SIEVE_KV_LAYOUT_COMBINED, 0, 2},
+                                          {"combined_hnd", SIEVE_KV_LAYOUT_COMBINED, 1, 3}};
+
 // Device memory from the host services, freed with the object.
 class DeviceBytes {
  public:

@@ -333,15 +333,7 @@ void EnginePoolBase::view(int32_t layer, const int32_t* seq_ids, int32_t batch, 
 }
 
 int32_t EnginePoolBase::register_sidecar(const sieve_sidecar_desc& d) {
-  sidecars_.push_back(checked_sidecar(d, sidecars_, config_.geometry.n_kv_heads));
-  const int32_t slot = int32_t(sidecars_.size() - 1);
-  try {
-    allocate_sidecar(slot);
-  } catch (...) {
-    sidecars_.pop_back();
-    throw;
-  }
-  return slot;
+  return add_sidecar(sidecars_, d, config_.geometry.n_kv_heads, [this](int32_t slot) { allocate_sidecar(slot); });
 }
 
 void EnginePoolBase::sidecar(int32_t layer, int32_t slot, DLTensor* out) {

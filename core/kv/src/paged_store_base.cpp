@@ -244,16 +244,7 @@ void PagedStoreBase::view(int32_t layer, const int32_t* seq_ids, int32_t batch, 
 }
 
 int32_t PagedStoreBase::register_sidecar(const sieve_sidecar_desc& d) {
-  Sidecar s = checked_sidecar(d, sidecars_, config_.geometry.n_kv_heads);
-  sidecars_.push_back(s);
-  int32_t slot = int32_t(sidecars_.size() - 1);
-  try {
-    allocate_sidecar(slot);
-  } catch (...) {
-    sidecars_.pop_back();
-    throw;
-  }
-  return slot;
+  return add_sidecar(sidecars_, d, config_.geometry.n_kv_heads, [this](int32_t slot) { allocate_sidecar(slot); });
 }
 
 void PagedStoreBase::sidecar(int32_t layer, int32_t slot, DLTensor* out) {
