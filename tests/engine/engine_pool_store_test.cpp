@@ -245,8 +245,11 @@ TEST(EnginePoolStore, RefusesEveryBadTableWithOneLine) {
   p.k_pool = pool;
   int64_t strides[4] = {f.sh.hkv * f.sh.page * f.sh.head_dim, f.sh.head_dim, f.sh.hkv * f.sh.head_dim, 1};
   p.k_pool.strides = strides;
+  EXPECT_REFUSED(f.bind(p), "v_pool's strides differ from k_pool's");
+  p.v_pool.strides = strides;
   EXPECT_REFUSED(f.bind(p), "layout=hnd needs compact");
   p.k_pool = pool;
+  p.v_pool.strides = nullptr;
   p.indices.dtype = kF32;
   EXPECT_REFUSED(f.bind(p), "indices must be a contiguous int32 [3] on cpu");
   const int32_t ghost = 9;

@@ -152,6 +152,9 @@ void EnginePoolBase::check_pool(const sieve_kv_pages& p, Bound& b) const {
     b.v_data = p.v_pool.data;
     b.v_byte_offset = p.v_pool.byte_offset;
   }
+  if (b.v_strides != b.k_strides)
+    fail(SIEVE_ERR_INVALID_ARGUMENT,
+         "bind_pages: v_pool's strides differ from k_pool's (K and V of a view share one layout)");
   const int64_t hnd[4] = {int64_t(g.n_kv_heads) * g.page_size * g.head_dim, int64_t(g.page_size) * g.head_dim,
                           g.head_dim, 1};
   b.compact = std::equal(hnd, hnd + 4, b.k_strides.begin()) && std::equal(hnd, hnd + 4, b.v_strides.begin());
