@@ -36,6 +36,7 @@ struct Record {
   std::vector<std::vector<int32_t>> seq_lens;       // after each step's end_step, layer 0
   std::vector<uint64_t> kv_bytes;                   // after each step's end_step
   int64_t released = 0;                             // pages the engine got back
+  int64_t bad_releases = 0;                         // of pages the sequence did not hold
 };
 
 struct StoreChoice {
@@ -141,7 +142,8 @@ inline bool run_chain_record(const Workload& w, DLDevice device, const runtime::
       DLTensor tq = on_device(q, dq), tk = on_device(k, dk), tv = on_device(v, dv), tqo = on_device(qo_t, dqo),
                tout = on_device(out, dout);
       if (engine) {
-        const sieve_kv_pages& p = engine->step(layer, ids, n_new, choice.engine_writes, &k, &v);
+        const sieve_kv_pages& p = engine->step(layer, ids, n_new, choice.engine_writes ? &k : nullptr,
+                                                   choice.engine_writes ? &v : nullptr);
         if (api->bind_pages(store, &p) != SIEVE_OK) return *error = std::string("bind_pages: ") + api->last_error(store), false;
       }
       runtime::LayerInputs in;
@@ -175,6 +177,7 @@ inline bool run_chain_record(const Workload& w, DLDevice device, const runtime::
     rec->kv_bytes.push_back(bytes);
   }
   rec->released = engine ? engine->released() : 0;
+  rec->bad_releases = engine ? engine->bad_releases() : 0;
   return true;
 }
 

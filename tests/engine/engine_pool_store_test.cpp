@@ -108,7 +108,7 @@ void round_trip(DLDevice device, const LayoutCase& lc, bool written) {
     DLTensor tk = k.dl(), tv = v.dl(), tp = kpre.dl();
     tk.data = dk.get(), tv.data = dv.get(), tp.data = dp.get();
     tk.device = tv.device = tp.device = device;
-    const sieve_kv_pages& pages = engine.step(0, ids, n_new, written, &k, &v);
+    const sieve_kv_pages& pages = engine.step(0, ids, n_new, written ? &k : nullptr, written ? &v : nullptr);
     ASSERT_EQ(st.api->bind_pages(st.s, &pages), SIEVE_OK) << st.error();
     const std::vector<int32_t> indptr = {0, n_new[0], total};
     const sieve_kv_append a = append_of(0, ids, indptr, &tk, &tv, &tp);
@@ -199,7 +199,7 @@ struct Filled {
   // Engine step + bind + append of n tokens; "" or the store's error.
   std::string append(int32_t n) {
     HostTensor k = rows(n, sh, 5), v = rows(n, sh, 6);
-    const sieve_kv_pages& p = engine->step(0, ids, {n}, true, &k, &v);
+    const sieve_kv_pages& p = engine->step(0, ids, {n}, &k, &v);
     if (st->api->bind_pages(st->s, &p) != SIEVE_OK) return st->error();
     const std::vector<int32_t> indptr = {0, n};
     const sieve_kv_append a = append_of(0, ids, indptr, k.operator->(), v.operator->(), nullptr);
@@ -300,6 +300,7 @@ TEST(EnginePoolStore, EvictionSendsTheEnginesPagesBackAndStopsCountingThem) {
   EXPECT_EQ(freed, 2 * per_page);
   EXPECT_EQ(f.st->bytes(), 3 * per_page);
   EXPECT_EQ(f.engine->released(), 2);
+  EXPECT_EQ(f.engine->bad_releases(), 0);
   EXPECT_EQ(f.engine->pages_of(0, f.ids[0]), (std::vector<int32_t>{before[0], before[2], before[4]}))
       << "the sink named the physical pages of logical pages 1 and 3";
   int32_t len = 0;
@@ -310,7 +311,7 @@ TEST(EnginePoolStore, EvictionSendsTheEnginesPagesBackAndStopsCountingThem) {
   const int32_t b = f.st->add();
   f.ids.push_back(b);
   HostTensor k = rows(33, f.sh, 9);
-  const sieve_kv_pages& p = f.engine->step(0, f.ids, {1, 32}, true, &k, &k);
+  const sieve_kv_pages& p = f.engine->step(0, f.ids, {1, 32}, &k, &k);
   ASSERT_EQ(f.bind(p), "");
   const std::vector<int32_t> indptr = {0, 1, 33};
   const sieve_kv_append a = append_of(0, f.ids, indptr, k.operator->(), k.operator->(), nullptr);
