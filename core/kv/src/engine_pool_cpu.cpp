@@ -1,5 +1,6 @@
 // The engine-pool store on the CPU: the engine's pool is host memory; Sieve keeps the sidecars
 // and the pre-RoPE key pool (when kept) for every page id of the engine's pool.
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <memory>

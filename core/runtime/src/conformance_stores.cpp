@@ -1,5 +1,6 @@
 // The one place that lists the KV stores `sieve conform` checks: the core's own, then every
 // plugin's. (When the registry names stores itself, this list becomes its list.)
+#include "sieve/kv/engine_pool.hpp"
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/runtime/conformance.hpp"
 
@@ -18,6 +19,8 @@ std::vector<StoreUnderTest> known_stores(const std::vector<LoadedPlugin>& plugin
   out.push_back({store_name(kv::paged_cpu_store_api()), "built-in", kv::paged_cpu_store_api(), SIEVE_DEVICE_CPU});
   if (const sieve_kv_store_api* cuda = kv::paged_cuda_store_api())  // NULL in a build without CUDA
     out.push_back({store_name(cuda), "built-in", cuda, SIEVE_DEVICE_CUDA});
+  // The engine-pool store (its descriptor declares CPU and CUDA: the suite runs both).
+  out.push_back({store_name(kv::engine_pool_store_api()), "built-in", kv::engine_pool_store_api(), SIEVE_DEVICE_CPU});
   for (const auto& p : plugins)
     if (p.kv_store()) out.push_back({store_name(p.kv_store()), p.path, p.kv_store(), SIEVE_DEVICE_CPU});
   return out;
