@@ -9,4 +9,8 @@ namespace sieve::kv {
 // (CUDA refused with a clear reason in a build without CUDA). Descriptor name "engine_pool";
 // parameter `layout` = hnd | nhd | combined | combined_hnd.
 const sieve_kv_store_api* engine_pool_store_api();
+// REGISTRATION (for the lead, once h-session's Registry lands): one line in Registry::Registry(),
+//   add_builtin_store(kv::engine_pool_store_api());
+// and the session's layout check reads the instance's `layout` parameter (kv::engine_layout in
+// engine_pool_base.hpp, runtime::kv_layout_refusals), not the descriptor's `layouts` (all three).
 }  // namespace sieve::kv
