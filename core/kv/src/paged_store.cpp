@@ -2,6 +2,7 @@
 // device. Both are PagedStoreBase behind the same C entries, so the table is the CPU store's with
 // create dispatching and the ABI 1.1 fields (descriptor, validate) filled in.
 #include "sieve/kv/paged_store.hpp"
+#include "sieve/kv/store_checks.hpp"
 
 #include <string>
 
@@ -30,7 +31,7 @@ sieve_status validate(const sieve_kv_config* config, sieve_reason_sink reasons) 
                                                                    : "the paged store runs on the CPU or CUDA");
     st = SIEVE_ERR_UNSUPPORTED;
   }
-  if (std::string p = paged_config_problem(*config); !p.empty()) {
+  if (std::string p = config_problem(*config); !p.empty()) {
     report(reasons, p);
     st = SIEVE_ERR_INVALID_ARGUMENT;
   }

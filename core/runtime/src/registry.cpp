@@ -2,6 +2,7 @@
 #include "sieve/runtime/registry.hpp"
 #include "sieve/runtime/probe.hpp"
 
+#include "sieve/kv/engine_pool.hpp"
 #include "sieve/kv/paged_store.hpp"
 
 #include <spdlog/spdlog.h>
@@ -43,6 +44,7 @@ StoreEntry describe_store(const sieve_kv_store_api* api, const std::string& fall
 Registry::Registry() {
   // The core's stores, registered like any plugin's kv_store table.
   add_builtin_store(kv::paged_store_api());
+  add_builtin_store(kv::engine_pool_store_api());
 }
 
 bool Registry::add_builtin_store(const sieve_kv_store_api* api) {

@@ -1,6 +1,7 @@
 // Session: the store choice and the fit check, the store's creation (or the check of a borrowed
 // one), then the LayerRunner; session.hpp says what and in which order.
 #include "sieve/runtime/session.hpp"
+#include "sieve/runtime/kv_layouts.hpp"
 
 #include <cstring>
 
@@ -58,7 +59,20 @@ std::string borrowed_problem(const sieve_kv_store_api& api, sieve_kv_store* kv, 
 
 }  // namespace
 
-std::vector<std::string> store_fit_problems(const ResolvedChains& chains, const StoreEntry& store) {
+uint32_t store_layouts_in_use(const StoreEntry& store, const ParamValues& values) {
+  const ParamSchema schema = store.params();
+  const int i = schema.find("layout");
+  if (i < 0 || uint32_t(i) >= values.size() || schema[uint32_t(i)].type != SIEVE_PARAM_ENUM)
+    return store.descriptor.layouts;
+  const std::string& v = values.text(uint32_t(i));
+  if (v == "hnd") return SIEVE_KV_LAYOUT_HND;
+  if (v == "nhd") return SIEVE_KV_LAYOUT_NHD;
+  if (v.rfind("combined", 0) == 0) return SIEVE_KV_LAYOUT_COMBINED;
+  return store.descriptor.layouts;
+}
+
+std::vector<std::string> store_fit_problems(const ResolvedChains& chains, const StoreEntry& store,
+                                            const ParamValues& store_values) {
   std::vector<std::string> out;
   const sieve_kv_store_descriptor& d = store.descriptor;
   for (const ResolvedInstance& inst : chains.instances) {
@@ -70,13 +84,12 @@ std::vector<std::string> store_fit_problems(const ResolvedChains& chains, const 
     if ((p.needs & SIEVE_NEEDS_SIDECARS) && !(d.features & SIEVE_KV_FEATURE_SIDECARS)) lacks("SIDECARS");
     if (p.evicts_kv && !(d.features & SIEVE_KV_FEATURE_EVICTION)) lacks("EVICTION");
     if ((p.needs & SIEVE_NEEDS_PRE_ROPE_K) && !(d.features & SIEVE_KV_FEATURE_PRE_ROPE_K)) lacks("PRE_ROPE_K");
-    uint32_t reads = SIEVE_HAS_FIELD(&p, sieve_policy_descriptor, kv_layouts) ? p.kv_layouts : 0u;
-    if (reads == 0) reads = SIEVE_KV_LAYOUT_HND;
-    if (const uint32_t other = d.layouts & ~reads; other)
-      out.push_back("policy '" + std::string(inst.plugin.name()) + "' (instance " + inst.label + ") reads " +
-                    kv_layout_names(reads) + " pages, KV store '" + store.name + "' hands out " +
-                    kv_layout_names(other));
   }
+  // Layouts: what this instance of the store hands out, against every plugin and the core kernel.
+  const uint32_t in_use = store_layouts_in_use(store, store_values);
+  for (uint32_t bit = SIEVE_KV_LAYOUT_NHD; bit <= SIEVE_KV_LAYOUT_COMBINED; bit <<= 1)
+    if (in_use & bit)
+      for (std::string& line : kv_layout_refusals(chains, bit, store.name)) out.push_back(std::move(line));
   return out;
 }
 
@@ -102,7 +115,7 @@ Session::Session(HostServices& services, const sieve_geometry& geometry, Resolve
     }
   }
   if (store_.plugin.table) plugins_.push_back(store_.plugin);
-  if (std::vector<std::string> p = store_fit_problems(chains, store_); !p.empty()) fail(SIEVE_ERR_UNSUPPORTED, join(p));
+  if (std::vector<std::string> p = store_fit_problems(chains, store_, store_params_); !p.empty()) fail(SIEVE_ERR_UNSUPPORTED, join(p));
 
   // 2. Its configuration.
   config_.hdr = SIEVE_HEADER_INIT(sieve_kv_config);

@@ -89,6 +89,11 @@ class Session {
 };
 
 // Every way `chains` does not fit a store described by `store` (one line each, empty: fits).
-std::vector<std::string> store_fit_problems(const ResolvedChains& chains, const StoreEntry& store);
+std::vector<std::string> store_fit_problems(const ResolvedChains& chains, const StoreEntry& store,
+                                            const ParamValues& store_values = {});
+// The layouts an instance of `store` made with `values` hands out: a store that can hand out
+// several names the one an instance uses with an enum parameter `layout` (hnd | nhd | combined |
+// combined_hnd, as engine_pool does); otherwise every layout its descriptor declares.
+uint32_t store_layouts_in_use(const StoreEntry& store, const ParamValues& values);
 
 }  // namespace sieve::runtime
