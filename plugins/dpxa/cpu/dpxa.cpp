@@ -665,6 +665,7 @@ class DpxaPolicy final : public sp::PolicyBase {
     a.stream = cuda_stream();
     sieve::packing::BlockPackLaunch pk{};
     pk.k_pages = a.k_pages;
+    pk.k_strides = sieve::compact_hnd_strides(g.n_kv_heads, g.page_size, d);  // kv_layouts: HND only
     pk.kv_dtype = a.kv_dtype;
     pk.hkv = g.n_kv_heads;
     pk.d = d;

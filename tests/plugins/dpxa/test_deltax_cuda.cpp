@@ -114,6 +114,7 @@ TEST_F(DeltaXCuda, PackingKeepMasksEqualTheCpu) {
       ASSERT_EQ(cudaMemset(keep.p, 7, keep.bytes), cudaSuccess);  // neither 0 nor 1
       sieve::packing::BlockPackLaunch l{};
       l.k_pages = k.p;
+      l.k_strides = sieve::compact_hnd_strides(hkv, sc.g.page_size, c.d);  // the workload's pool
       l.kv_dtype = sieve::same_dtype(c.dtype, sieve::kF32) ? 0 : sieve::same_dtype(c.dtype, sieve::kF16) ? 1 : 2;
       l.pages = static_cast<const int32_t*>(pages.p) + sc.w.kv_indptr.data<int32_t>()[b];
       l.hkv = hkv;
