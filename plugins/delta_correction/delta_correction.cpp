@@ -104,6 +104,8 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = nullptr,
       .selection_basis = SIEVE_SELECTION_BASIS_NONE,
+      // Reads no K/V page itself (the core kernels do, honouring strides): any layout.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params&, sp::Reasons& r) {

@@ -39,6 +39,7 @@
 // "deltax_kv_reduction" per q head and layer, "deltax_packed" per layer; all CPU only: on CUDA
 // they would need a stream synchronisation per layer).
 #include <sieve/plugin/policy_api.hpp>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <algorithm>
@@ -117,6 +118,8 @@ class DpxaPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = "block=64",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
+      // Every CPU and CUDA path reads pages through the view's strides and byte_offset.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
@@ -323,8 +326,8 @@ class DpxaPolicy final : public sp::PolicyBase {
       const int64_t rows = t == &out ? n_q : -1;
       std::string e = t == &out ? sieve::check_tensor(t, what, 3, {rows, g.n_q_heads, d})
                                 : sieve::check_tensor(t, what, 4, {-1, g.n_kv_heads, g.page_size, d});
-      if (e.empty() && (!sieve::is_float_storage(t->dtype) || !sieve::is_contiguous(*t)))
-        e = std::string(what) + " must be a contiguous f32/f16/bf16 tensor";
+      if (e.empty() && (!sieve::is_float_storage(t->dtype) || (t == &out && !sieve::is_contiguous(*t))))
+        e = std::string(what) + (t == &out ? " must be a contiguous f32/f16/bf16 tensor" : " must be f32/f16/bf16");
       if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
     }
     const int32_t* indptr = sieve::data_ptr<const int32_t>(sel.indptr);
@@ -422,11 +425,20 @@ class DpxaPolicy final : public sp::PolicyBase {
     out.resize(size_t(kv_len * d));
     const int32_t* pages = sieve::data_ptr<const int32_t>(view.indices) + view.indptr_host[b];
     const void* base = sieve::data_ptr<const void>(pages_t);
+    const sieve::PageStrides at = strides_of(pages_t, &pages_t == &view.k_pages ? "k_pages" : "v_pages");
     for (int64_t p = 0; p < kv_len; ++p) {
-      const int64_t o = ((int64_t(pages[p / ps]) * g.n_kv_heads + kvh) * ps + p % ps) * d;
+      const int64_t o = at.row(pages[p / ps], kvh, p % ps);
       for (int32_t x = 0; x < d; ++x)
         out[size_t(p * d + x)] = sieve::load_float(base, pages_t.dtype, o + x);
     }
+  }
+
+  // Where (physical page, KV head, slot) of a view's page tensor lives: its strides and byte_offset
+  // in any layout kv_store.h allows (dpxa declares them all), one line otherwise.
+  static sieve::PageStrides strides_of(const DLTensor& pages, const char* what) {
+    sieve::PageStrides at;
+    if (std::string e = sieve::page_strides(pages, what, &at); !e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+    return at;
   }
 
   void check_cpu_tensors(const sieve_layer_call& call, const sieve_paged_kv& view) const {
@@ -437,8 +449,9 @@ class DpxaPolicy final : public sp::PolicyBase {
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e.empty() ? "q: not a contiguous f32/f16/bf16 tensor" : e);
     if (std::string e = sieve::check_tensor(&view.k_pages, "k_pages", 4,
                                             {-1, g.n_kv_heads, g.page_size, g.head_dim});
-        !e.empty() || !sieve::is_contiguous(view.k_pages))
-      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e.empty() ? "k_pages: not contiguous" : e);
+        !e.empty())
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+    strides_of(view.k_pages, "k_pages");
     if (!view.indices.data) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the view's page indices are NULL");
   }
 
@@ -542,17 +555,17 @@ class DpxaPolicy final : public sp::PolicyBase {
                    sieve_selection& selection, int32_t) {
     const sieve_geometry& g = geometry();
     const DLDevice dev = g.device;
-    auto on_device = [&](const DLTensor& t, const char* what) {
+    auto on_device = [&](const DLTensor& t, const char* what, bool compact = true) {
       if (!t.data || t.device.device_type != dev.device_type || t.device.device_id != dev.device_id ||
-          !sieve::is_contiguous(t))
-        sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " must be a contiguous tensor on ",
+          (compact && !sieve::is_contiguous(t)))
+        sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, compact ? " must be a contiguous tensor on " : " must be on ",
                  sieve::device_name(dev));
     };
     const int64_t n_q = call.qo_indptr_host[call.batch];
     if (std::string e = sieve::check_tensor(call.q, "q", 3, {n_q, g.n_q_heads, g.head_dim}); !e.empty())
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
     on_device(*call.q, "q");
-    on_device(view.k_pages, "k_pages");
+    on_device(view.k_pages, "k_pages", false);  // any layout: strides below
     on_device(view.indices, "the view's page indices");
     if (g.n_q_heads > sd::kCudaMaxQHeads)
       sp::fail(SIEVE_ERR_UNSUPPORTED, "n_q_heads = ", g.n_q_heads, " > ", sd::kCudaMaxQHeads);
@@ -574,6 +587,7 @@ class DpxaPolicy final : public sp::PolicyBase {
     a.q_dtype = dtype_code(call.q->dtype, "q");
     a.kv_dtype = dtype_code(view.k_pages.dtype, "k_pages");
     a.k_pages = sieve::data_ptr<const void>(view.k_pages);
+    a.k_strides = strides_of(view.k_pages, "k_pages");
     a.q_anchors = q_anchors_d_.get<uint8_t>();
     a.q_counts = q_counts_d_.get<int32_t>();
     a.k_anchors = k_anchors_d_.get<uint8_t>();
@@ -629,10 +643,12 @@ class DpxaPolicy final : public sp::PolicyBase {
     const int32_t B = cfg_.block, H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
     const int64_t n_q = call.batch > 0 ? call.qo_indptr_host[call.batch] : 0;
     auto tensor = [&](const DLTensor* t, const char* what, std::initializer_list<int64_t> shape) {
+      const bool pages = shape.size() == 4;  // K/V pages: any layout (strides below)
       std::string e = sieve::check_tensor(t, what, int32_t(shape.size()), shape);
       if (e.empty() && (!t->data || t->device.device_type != dev.device_type ||
-                        t->device.device_id != dev.device_id || !sieve::is_contiguous(*t)))
-        e = std::string(what) + " must be a contiguous tensor on " + sieve::device_name(dev);
+                        t->device.device_id != dev.device_id || (!pages && !sieve::is_contiguous(*t))))
+        e = std::string(what) + (pages ? " must be on " : " must be a contiguous tensor on ") +
+            sieve::device_name(dev);
       if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
       return dtype_code(t->dtype, what);
     };
@@ -643,6 +659,8 @@ class DpxaPolicy final : public sp::PolicyBase {
     a.kv_dtype = tensor(&view.k_pages, "k_pages", {-1, g.n_kv_heads, g.page_size, d});
     if (tensor(&view.v_pages, "v_pages", {-1, g.n_kv_heads, g.page_size, d}) != a.kv_dtype)
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "k_pages and v_pages differ in dtype");
+    if (std::string e = sieve::view_page_strides(view, &a.kv_strides); !e.empty())
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
     if (call.batch > 0 && (!view.indices.data || !view.indptr_host))
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the view's page table is NULL");
     a.B = B;
@@ -665,7 +683,7 @@ class DpxaPolicy final : public sp::PolicyBase {
     a.stream = cuda_stream();
     sieve::packing::BlockPackLaunch pk{};
     pk.k_pages = a.k_pages;
-    pk.k_strides = sieve::compact_hnd_strides(g.n_kv_heads, g.page_size, d);  // kv_layouts: HND only
+    pk.k_strides = a.kv_strides;
     pk.kv_dtype = a.kv_dtype;
     pk.hkv = g.n_kv_heads;
     pk.d = d;

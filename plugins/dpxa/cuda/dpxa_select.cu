@@ -44,9 +44,7 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162f
 
 template <class T>
 __device__ const T* key_row_t(const SequenceLaunch& a, int32_t kvh, int64_t pos) {
-  const int64_t phys = a.pages[pos / a.page_size];
-  return static_cast<const T*>(a.k_pages) +
-         ((phys * a.hkv + kvh) * a.page_size + pos % a.page_size) * a.d;
+  return static_cast<const T*>(a.k_pages) + a.k_strides.row(a.pages[pos / a.page_size], kvh, pos % a.page_size);
 }
 template <class T>
 __device__ const T* query_row_t(const SequenceLaunch& a, int32_t h, int64_t i) {
@@ -306,10 +304,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 3)
   const float scale_log2 = (xattn ? a.scale_over_s : a.scale) * kLog2e;
   const int32_t ps = a.page_size;
   const int32_t* pages = a.pages;
-  const int32_t kv_stride = a.hkv * ps * d;  // elements per physical page
-  const T* kbase = static_cast<const T*>(a.k_pages) + int64_t(g) * ps * d;
+  const int64_t page_stride = a.k_strides.page, token_stride = a.k_strides.token;
+  const T* kbase = static_cast<const T*>(a.k_pages) + int64_t(g) * a.k_strides.head;
   auto key_row = [&](int32_t pos) {  // 32-bit positions: a 64-bit division costs ~70 instructions
-    return kbase + int64_t(pages[pos / ps]) * kv_stride + (pos % ps) * d;
+    return kbase + int64_t(pages[pos / ps]) * page_stride + (pos % ps) * token_stride;
   };
   auto columns = [&](int32_t jj) {  // sampled key columns of key block jj
     const int32_t nk = int32_t(::min(int64_t(B), a.kv_len - int64_t(jj) * B));
@@ -711,7 +709,11 @@ const char* launch_scores(const SequenceLaunch& a, cudaStream_t stream) {
         break;
       }
     const size_t bytes = mma_smem_bytes(a, hpc);
-    if (a.d % 16 == 0 && a.B <= kMaxRowTiles * 16 && bytes <= 200 * 1024) {
+    // Its B fragments are 4-byte loads of key rows: a pool whose rows start off 4-byte boundaries
+    // (an odd element byte_offset or stride) takes the scalar kernel.
+    const bool rows_aligned = reinterpret_cast<uintptr_t>(a.k_pages) % 4 == 0 &&
+                              (a.k_strides.page | a.k_strides.head | a.k_strides.token) % 2 == 0;
+    if (rows_aligned && a.d % 16 == 0 && a.B <= kMaxRowTiles * 16 && bytes <= 200 * 1024) {
       if (const cudaError_t e = cudaFuncSetAttribute(
               scores_mma_kernel<TQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
           e != cudaSuccess)

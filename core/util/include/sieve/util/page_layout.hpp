@@ -7,7 +7,7 @@
 // (api/sieve/kv_store.h): compact HND, NHD, or one half of a combined [num_pages, 2, ...] pool.
 // A reader takes PageStrides from page_strides() (checked once per call, on the host) and
 // addresses row (physical page, KV head, token) as data_ptr(t) + strides.row(...): for compact HND
-// that is the old ((page * H + head) * P + token) * D, one more multiply-add per row address.
+// the old ((page*H + head)*P + token)*D, the same three multiply(-add)s; strides are runtime values.
 //
 // Header-only, ABI + standard library only, and host/device neutral: a .cu file may keep a
 // PageStrides in its kernel parameters and call row() on the device.
