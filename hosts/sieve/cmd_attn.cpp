@@ -12,9 +12,9 @@
 
 #include "attn_workload.hpp"
 #include "commands.hpp"
-#include "device_args.hpp"
-#include "error_line.hpp"
-#include "parse_options.hpp"
+#include "sieve/cli/device_args.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/parse_options.hpp"
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/registry.hpp"
 #include "sieve/runtime/synthetic.hpp"

@@ -9,10 +9,10 @@
 #include <string>
 
 #include "commands.hpp"
-#include "error_line.hpp"
-#include "model_args.hpp"
-#include "parse_options.hpp"
-#include "prompts.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/parse_options.hpp"
+#include "sieve/cli/prompts.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/util/error.hpp"
 

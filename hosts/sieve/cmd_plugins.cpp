@@ -12,7 +12,7 @@
 #include <sieve/runtime/registry.hpp>
 
 #include "commands.hpp"
-#include "parse_options.hpp"
+#include "sieve/cli/parse_options.hpp"
 
 namespace po = boost::program_options;
 using namespace sieve::runtime;
@@ -78,6 +78,8 @@ nlohmann::json plugin_json(const LoadedPlugin& p) {
     j["params"] = schema_json(ParamSchema::of(*api));
   }
   if (const auto* kv = p.kv_store()) j["kv_store"] = kv->name;
+  j["tools"] = nlohmann::json::array();
+  for (const sieve_tool* t : p.tools()) j["tools"].push_back({{"name", t->name}, {"summary", t->summary}});
   return j;
 }
 
@@ -118,6 +120,8 @@ void print_plugin(const LoadedPlugin& p) {
     if (!p.descriptor()) std::printf("%s (KV store)\n  path       %s\n", p.name(), p.path.c_str());
     std::printf("  KV store   %s\n", kv->name);
   }
+  for (const sieve_tool* t : p.tools())  // ABI 1.1: `sieve tool <plugin> <name>`
+    std::printf("  tool       %-14s %s\n", t->name, t->summary);
 }
 
 }  // namespace

@@ -41,6 +41,9 @@
 #include <vector>
 
 #include "correction_rows.hpp"
+#ifdef SIEVE_PLUGIN_TOOLS
+#include "tools/tools.hpp"
+#endif
 #if SIEVE_WITH_CUDA
 #include "cuda/delta_apply.hpp"
 #endif
@@ -107,6 +110,10 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
       // Reads no K/V page itself (the core kernels do, honouring strides): any layout.
       .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
+#ifdef SIEVE_PLUGIN_TOOLS
+  static constexpr sieve_tool kTools[] = {sp::tool<sieve::delta_correction::diag_main>(
+      "diag", "output cosine and attention-row Spearman of sparse / recompute / Δ prefill vs dense, per layer")};
+#endif
 
   static void validate(const sieve_geometry& g, const sp::Params&, sp::Reasons& r) {
     // q_rows and the query-token indices are int32.

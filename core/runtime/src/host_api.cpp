@@ -207,6 +207,10 @@ sieve_status sieve_runtime_plugin_info(sieve_runtime* rt, uint32_t index, sieve_
       full.n_params = api->n_params;
       full.params_stride = api->n_params && api->params ? api->params->hdr.struct_size : uint32_t(sizeof(sieve_param_spec));
     }
+    if (!p.tools().empty()) {  // checked at load: one stride, each entry well formed
+      full.tools = p.table->tools;
+      full.n_tools = p.table->n_tools;
+    }
     // Only what the caller's struct holds; its header keeps the caller's size.
     const size_t n = std::min<size_t>(info->hdr.struct_size, sizeof full);
     const sieve_header keep = info->hdr;

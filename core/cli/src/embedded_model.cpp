@@ -1,7 +1,7 @@
 // The embedded default model: the assembler's .incbin copies the two files into .rodata at build
 // time (CMake passes their absolute paths and rebuilds this file when they change), so no
 // generated source holds a megabyte of literals.
-#include "embedded_model.hpp"
+#include "sieve/cli/embedded_model.hpp"
 
 #ifndef SIEVE_EMBEDDED_MODEL_PATH
 #error "SIEVE_EMBEDDED_MODEL_PATH and SIEVE_EMBEDDED_TOKENIZER_PATH must be defined by CMake"

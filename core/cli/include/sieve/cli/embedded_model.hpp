@@ -1,5 +1,5 @@
-// The default model compiled into the sieve executable (hosts/sieve/models/stories260K/, see
-// its README.md): `sieve run` works from any directory, without the source tree or ../shared.
+// The default model compiled into libsieve_cli (hosts/sieve/models/stories260K/, see its
+// README.md): `sieve run` and the plugins' tools work from any directory, without the source tree.
 #pragma once
 #include <cstddef>
 #include <span>

@@ -1,4 +1,4 @@
-#include "prompts.hpp"
+#include "sieve/cli/prompts.hpp"
 
 #include <sstream>
 

@@ -1,4 +1,5 @@
-// sieve calibrate dpxa: per-(layer, query head) thresholds τ for the dpxa plugin (paper 001 §2.5:
+// The dpxa plugin's `calibrate` tool (`sieve calibrate dpxa` = `sieve tool dpxa calibrate`):
+// per-(layer, query head) thresholds τ for the dpxa plugin (paper 001 §2.5:
 // XAttention "calibrates τ independently per head: a small set of sample sequences is run
 // through the model, and for each head τ is chosen so that the selected tiles cover a target
 // fraction r of the true attention mass").
@@ -23,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "calibrate.hpp"
 #include "math/dpxa_math.hpp"
-#include "model_args.hpp"
-#include "error_line.hpp"
-#include "parse_options.hpp"
-#include "probe_copy.hpp"
-#include "prompts.hpp"
+#include "tools/tools.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/parse_options.hpp"
+#include "sieve/cli/probe_copy.hpp"
+#include "sieve/cli/prompts.hpp"
 #include "sieve/model/engine.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/reference/long_context.hpp"
@@ -38,7 +39,9 @@
 
 namespace po = boost::program_options;
 
-namespace sieve::cli {
+namespace sieve::dpxa {
+
+using namespace sieve::cli;  // options, the model and prompts every tool shares (core/cli)
 
 namespace {
 
@@ -126,9 +129,10 @@ double density(const std::vector<dpxa::CalibrationRow>& rows, float tau) {
 
 }  // namespace
 
-int calibrate_dpxa(int argc, char** argv) {
+int calibrate_main(int argc, const char* const* argv) {
+  const std::string cmd = argv[0];  // the command as typed: `sieve calibrate dpxa` or `sieve tool dpxa calibrate`
   po::options_description opts(
-      "sieve calibrate dpxa: per-(layer, head) tau so the dpxa plugin's kept tiles cover a fraction\n"
+      cmd + ": per-(layer, head) tau so the dpxa plugin's kept tiles cover a fraction\n"
       "r of the exact attention mass on calibration prefills (a model's prompts, or --synthetic)");
   ModelArgs ma;
   std::string prompts_file, out_file, estimator = "dpxa";
@@ -158,9 +162,9 @@ int calibrate_dpxa(int argc, char** argv) {
       ("seed", po::value(&seed)->default_value(1), "--synthetic: first seed")
       ("json", "print JSON instead of a table");
   po::variables_map vm;
-  if (const auto done = parse_options("sieve calibrate dpxa", opts, argc, argv, &vm)) return *done;
-  auto usage_error = [](const std::string& m) {
-    return report_error("sieve calibrate dpxa", m, 2);
+  if (const auto done = parse_options(cmd.c_str(), opts, argc, argv, &vm)) return *done;
+  auto usage_error = [&](const std::string& m) {
+    return report_error(cmd, m, 2);
   };
   if (!(target > 0 && target <= 1)) return usage_error("--target must be in (0, 1], got " + std::to_string(target));
   Study s;
@@ -245,7 +249,7 @@ int calibrate_dpxa(int argc, char** argv) {
     if (!out_file.empty()) {
       std::ofstream f(out_file);
       if (!f) fail(SIEVE_ERR_INVALID_ARGUMENT, "--out '" + out_file + "': cannot write");
-      f << "# sieve calibrate dpxa: " << params << "\n# data: " << source << "\n# layer head tau\n";
+      f << "# " << cmd << ": " << params << "\n# data: " << source << "\n# layer head tau\n";
       char line[160];
       for (const auto& r : res) {
         std::snprintf(line, sizeof line, "%d %d %.6f  # recall %.4f density %.4f rows %zu\n", r.layer, r.head,
@@ -269,9 +273,9 @@ int calibrate_dpxa(int argc, char** argv) {
       std::printf("%-6d %-5d %9.4f %9.4f %9.4f %6zu\n", r.layer, r.head, double(r.tau), r.recall, r.density, r.rows);
     if (!out_file.empty()) std::printf("\nwrote %s: use dpxa(thresholds=%s, ...)\n", out_file.c_str(), out_file.c_str());
   } catch (const std::exception& e) {
-    return report_error("sieve calibrate dpxa", e.what(), 1);
+    return report_error(cmd, e.what(), 1);
   }
   return 0;
 }
 
-}  // namespace sieve::cli
+}  // namespace sieve::dpxa

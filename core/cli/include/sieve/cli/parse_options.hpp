@@ -12,6 +12,6 @@ namespace sieve::cli {
 // Refused as bad options too: a word that belongs to no option (`--prompt Lily saw a cat`
 // unquoted would otherwise drop "saw a cat" silently) and a float option that is nan or inf.
 std::optional<int> parse_options(const char* command, const boost::program_options::options_description& opts,
-                                 int argc, char** argv, boost::program_options::variables_map* vm);
+                                 int argc, const char* const* argv, boost::program_options::variables_map* vm);
 
 }  // namespace sieve::cli

@@ -1,4 +1,4 @@
-#include "error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 
 #include <cstdio>
 #include <exception>

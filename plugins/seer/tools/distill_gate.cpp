@@ -1,4 +1,5 @@
-// sieve distill-gate: self-distil a SeerAttention-R AttnGate for a model (paper 002 §2.3) and
+// The seer plugin's `distill-gate` tool (`sieve distill-gate` = `sieve tool seer distill-gate`):
+// self-distil a SeerAttention-R AttnGate for a model (paper 002 §2.3) and
 // write it as a gate file for the `seer` plugin.
 //
 // The model stays frozen. It generates its own training text (sampled at temperature 1 from BOS,
@@ -15,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
-#include "error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 #include "gate/distill.hpp"
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
-#include "model_args.hpp"
-#include "parse_options.hpp"
+#include "tools/tools.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/parse_options.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/model/generate.hpp"
 #include "sieve/util/error.hpp"
@@ -30,7 +31,9 @@
 
 namespace po = boost::program_options;
 
-namespace sieve::cli {
+namespace sieve::seer {
+
+using namespace sieve::cli;  // options, the model and prompts every tool shares (core/cli)
 
 namespace {
 
@@ -84,9 +87,10 @@ std::vector<float> unrotate(const std::vector<float>& x, int32_t T, int32_t head
 
 }  // namespace
 
-int cmd_distill_gate(int argc, char** argv) {
+int distill_gate_main(int argc, const char* const* argv) {
+  const std::string cmd = argv[0];  // the command as typed: `sieve distill-gate` or `sieve tool seer distill-gate`
   po::options_description opts(
-      "sieve distill-gate: self-distil a SeerAttention-R gate (W_q, W_k per layer and KV head) for the seer plugin");
+      cmd + ": self-distil a SeerAttention-R gate (W_q, W_k per layer and KV head) for the seer plugin");
   ModelArgs ma;
   std::string out;
   int32_t block = 64, gate_dim = 32, tokens = 0, train_n = 24, held_n = 8;
@@ -106,9 +110,9 @@ int cmd_distill_gate(int argc, char** argv) {
       ("rmsnorm", po::bool_switch(&rmsnorm), "RMSNorm inside the gate (the plugin then needs rmsnorm=true)")
       ("random", po::bool_switch(&random_only), "write the random initialisation, no training");
   po::variables_map vm;
-  if (const auto done = parse_options("sieve distill-gate", opts, argc, argv, &vm)) return *done;
-  auto usage_error = [](const std::string& m) {
-    return report_error("sieve distill-gate", m, 2);
+  if (const auto done = parse_options(cmd.c_str(), opts, argc, argv, &vm)) return *done;
+  auto usage_error = [&](const std::string& m) {
+    return report_error(cmd, m, 2);
   };
   if (out.empty()) return usage_error("--out is required (the gate file to write)");
   if (dopt.steps < 1) return usage_error("--steps must be >= 1, got " + std::to_string(dopt.steps));
@@ -216,9 +220,9 @@ int cmd_distill_gate(int argc, char** argv) {
     seer::write_gate(out, gate);
     std::printf("wrote %s\n", out.c_str());
   } catch (const std::exception& e) {
-    return report_error("sieve distill-gate", e.what(), 1);
+    return report_error(cmd, e.what(), 1);
   }
   return 0;
 }
 
-}  // namespace sieve::cli
+}  // namespace sieve::seer

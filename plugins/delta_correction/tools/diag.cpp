@@ -1,4 +1,5 @@
-// sieve delta-diag: the Δ Attention paper's §4 distribution-shift diagnostic, reproduced. For the
+// The delta_correction plugin's `diag` tool (`sieve delta-diag` = `sieve tool delta_correction diag`):
+// the Δ Attention paper's §4 distribution-shift diagnostic, reproduced. For the
 // last queries of a long prefill it compares each chain's layer with all-dense attention, per
 // layer:
 //   cos       cosine of the attention output o(t, h) with the dense run's, mean (and p10) over
@@ -32,76 +33,37 @@
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
-#include "error_line.hpp"
-#include "model_args.hpp"
-#include "parse_options.hpp"
-#include "probe_copy.hpp"
-#include "prompts.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/parse_options.hpp"
+#include "sieve/cli/probe_copy.hpp"
+#include "sieve/cli/prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/long_context.hpp"
+#include "sieve/reference/statistics.hpp"
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/util/error.hpp"
+#include "tools/tools.hpp"
 
 namespace po = boost::program_options;
 
-namespace sieve::cli {
+namespace sieve::delta_correction {
+
+using namespace sieve::cli;  // options, the model and prompts every tool shares (core/cli)
 
 namespace {
 
-// Average ranks (ties share their mean rank), then Pearson of the ranks.
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  auto ranks = [](const std::vector<double>& x) {
-    std::vector<size_t> idx(x.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::sort(idx.begin(), idx.end(), [&](size_t i, size_t j) { return x[i] < x[j]; });
-    std::vector<double> r(x.size());
-    for (size_t i = 0; i < idx.size();) {
-      size_t j = i;
-      while (j + 1 < idx.size() && x[idx[j + 1]] == x[idx[i]]) ++j;
-      const double mean = 0.5 * double(i + j);
-      for (size_t k = i; k <= j; ++k) r[idx[k]] = mean;
-      i = j + 1;
-    }
-    return r;
-  };
-  const std::vector<double> ra = ranks(a), rb = ranks(b);
-  const double n = double(a.size());
-  double ma = 0, mb = 0;
-  for (size_t i = 0; i < a.size(); ++i) ma += ra[i], mb += rb[i];
-  ma /= n, mb /= n;
-  double sab = 0, saa = 0, sbb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    sab += (ra[i] - ma) * (rb[i] - mb);
-    saa += (ra[i] - ma) * (ra[i] - ma);
-    sbb += (rb[i] - mb) * (rb[i] - mb);
-  }
-  if (saa == 0 || sbb == 0) return saa == sbb ? 1.0 : 0.0;  // a constant row ranks nothing
-  return sab / std::sqrt(saa * sbb);
-}
+using reference::spearman;
+using reference::Summary;
+using reference::summarize;
 
 double cosine(const float* a, const float* b, int32_t d) {
   double ab = 0, aa = 0, bb = 0;
   for (int32_t i = 0; i < d; ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
   return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
-}
-
-struct Summary {
-  double mean = 0, p10 = 0;
-  int64_t n = 0;
-};
-Summary summarize(std::vector<double> v) {
-  Summary s;
-  s.n = int64_t(v.size());
-  if (v.empty()) return s;
-  for (double x : v) s.mean += x;
-  s.mean /= double(v.size());
-  std::sort(v.begin(), v.end());
-  s.p10 = v[size_t(0.1 * double(v.size() - 1))];
-  return s;
 }
 
 // What one run leaves for one layer: the compared rows' outputs [rows, hq, d] and attention rows.
@@ -411,9 +373,10 @@ std::vector<ChainResult> run_synthetic(const SynthSetup& s, const std::string& s
 
 }  // namespace
 
-int cmd_delta_diag(int argc, char** argv) {
+int diag_main(int argc, const char* const* argv) {
+  const std::string cmd = argv[0];  // the command as typed: `sieve delta-diag` or `sieve tool delta_correction diag`
   po::options_description opts(
-      "sieve delta-diag: output cosine and attention-row Spearman of sparse / recompute / Δ prefill vs dense, per layer");
+      cmd + ": output cosine and attention-row Spearman of sparse / recompute / Δ prefill vs dense, per layer");
   ModelArgs ma;
   std::string prompts_file, json_file;
   std::vector<std::string> extra;
@@ -438,14 +401,12 @@ int cmd_delta_diag(int argc, char** argv) {
       ("plugin-dir", po::value(&ma.plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", po::value(&json_file), "also write the results as JSON to this file");
   po::variables_map vm;
-  if (const auto done = parse_options("sieve delta-diag", opts, argc, argv, &vm)) return *done;
+  if (const auto done = parse_options(cmd.c_str(), opts, argc, argv, &vm)) return *done;
   if (prompts_file.empty() == (synthetic == 0)) {
-    std::fprintf(stderr, "sieve delta-diag: give exactly one of --prompts FILE (model) or --synthetic N\n");
-    return 2;
+    return report_error(cmd, "give exactly one of --prompts FILE (model) or --synthetic N", 2);
   }
   if (last < 1 || window < 1 || sink < 0 || gamma < 1 || tail < 0 || synthetic < 0) {
-    std::fprintf(stderr, "sieve delta-diag: --last, --window, --gamma must be >= 1; --sink, --tail >= 0\n");
-    return 2;
+    return report_error(cmd, "--last, --window, --gamma must be >= 1; --sink, --tail >= 0", 2);
   }
   const std::string sparse = "streaming(sink=" + std::to_string(sink) + ",window=" + std::to_string(window) + ")";
   const std::string dc = "delta_correction(gamma=" + std::to_string(gamma) + ",tail=" + std::to_string(tail);
@@ -503,9 +464,9 @@ int cmd_delta_diag(int argc, char** argv) {
       f << j.dump(2) << "\n";
     }
   } catch (const std::exception& e) {
-    return report_error("sieve delta-diag", e.what(), 1);
+    return report_error(cmd, e.what(), 1);
   }
   return 0;
 }
 
-}  // namespace sieve::cli
+}  // namespace sieve::delta_correction

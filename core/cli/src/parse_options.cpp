@@ -1,10 +1,10 @@
-#include "parse_options.hpp"
+#include "sieve/cli/parse_options.hpp"
 
 #include <cmath>
 #include <iostream>
 #include <string>
 
-#include "error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 #include "sieve/util/printable.hpp"
 
 namespace po = boost::program_options;
@@ -27,8 +27,8 @@ std::string non_finite_option(const po::variables_map& vm) {
 
 }  // namespace
 
-std::optional<int> parse_options(const char* command, const po::options_description& opts, int argc, char** argv,
-                                 po::variables_map* vm) {
+std::optional<int> parse_options(const char* command, const po::options_description& opts, int argc,
+                                 const char* const* argv, po::variables_map* vm) {
   try {
     const po::parsed_options parsed = po::command_line_parser(argc, argv).options(opts).run();
     for (const po::option& o : parsed.options)

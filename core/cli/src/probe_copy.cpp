@@ -1,4 +1,4 @@
-#include "probe_copy.hpp"
+#include "sieve/cli/probe_copy.hpp"
 
 #include "sieve/util/error.hpp"
 

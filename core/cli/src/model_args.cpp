@@ -1,9 +1,9 @@
-#include "model_args.hpp"
+#include "sieve/cli/model_args.hpp"
 
 #include <filesystem>
 
-#include "device_args.hpp"
-#include "embedded_model.hpp"
+#include "sieve/cli/device_args.hpp"
+#include "sieve/cli/embedded_model.hpp"
 #include "sieve/model/llama2c.hpp"
 #include "sieve/util/error.hpp"
 

@@ -1,4 +1,4 @@
-#include "device_args.hpp"
+#include "sieve/cli/device_args.hpp"
 
 #include <charconv>
 #include <cstdint>

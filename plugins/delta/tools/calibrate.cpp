@@ -1,4 +1,5 @@
-// sieve calibrate delta: which layers should be DELTA's Δ-layers (paper 000 §5, "Layer
+// The delta plugin's `calibrate` tool (`sieve calibrate delta` = `sieve tool delta calibrate`):
+// which layers should be DELTA's Δ-layers (paper 000 §5, "Layer
 // configuration": the Δ-layers "correspond to points showing the largest average shift in
 // attention distributions across decoding steps, marking transitions where salient-token sets
 // change most rapidly").
@@ -27,12 +28,12 @@
 #include <string>
 #include <vector>
 
-#include "calibrate.hpp"
-#include "model_args.hpp"
-#include "error_line.hpp"
-#include "parse_options.hpp"
-#include "probe_copy.hpp"
-#include "prompts.hpp"
+#include "tools/tools.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/parse_options.hpp"
+#include "sieve/cli/probe_copy.hpp"
+#include "sieve/cli/prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/model/engine.hpp"
 #include "sieve/model/fidelity_eval.hpp"
@@ -44,7 +45,9 @@
 
 namespace po = boost::program_options;
 
-namespace sieve::cli {
+namespace sieve::delta {
+
+using namespace sieve::cli;  // options, the model and prompts every tool shares (core/cli)
 
 namespace {
 
@@ -158,9 +161,10 @@ std::string list_text(const std::vector<int32_t>& v) {
 
 }  // namespace
 
-int calibrate_delta(int argc, char** argv) {
+int calibrate_main(int argc, const char* const* argv) {
+  const std::string cmd = argv[0];  // the command as typed: `sieve calibrate delta` or `sieve tool delta calibrate`
   po::options_description opts(
-      "sieve calibrate delta: per-layer shift of the attention between consecutive decode steps\n"
+      cmd + ": per-layer shift of the attention between consecutive decode steps\n"
       "(dense greedy decoding, attention recomputed in f64); suggests DELTA's Δ-layers");
   ModelArgs ma;
   std::string prompts_file;
@@ -179,22 +183,19 @@ int calibrate_delta(int argc, char** argv) {
       ("select", po::value(&n_select)->default_value(0), "Δ-layers to suggest (0: 3 for >= 16 layers, 2 for >= 8, else 1)")
       ("json", "print JSON instead of a table");
   po::variables_map vm;
-  if (const auto done = parse_options("sieve calibrate delta", opts, argc, argv, &vm)) return *done;
+  if (const auto done = parse_options(cmd.c_str(), opts, argc, argv, &vm)) return *done;
   std::string error;
   model::EngineOptions eo;
   if (!engine_options(ma, &eo, &error)) {
-    return report_error("sieve calibrate delta", error, 2);
+    return report_error(cmd, error, 2);
   }
   if (steps < 2) {
-    std::fprintf(stderr, "sieve calibrate delta: --steps must be >= 2 (shifts are between steps), got %d\n", steps);
-    return 2;
+    return report_error(cmd, "--steps must be >= 2 (shifts are between steps), got " + std::to_string(steps), 2);
   }
   if (recent < 1 || budget < recent || budget % eo.page_size != 0) {
-    std::fprintf(stderr,
-                 "sieve calibrate delta: --token-budget %lld must be a multiple of the page size %d and >= --recent "
-                 "%lld >= 1\n",
-                 static_cast<long long>(budget), eo.page_size, static_cast<long long>(recent));
-    return 2;
+    return report_error(cmd, "--token-budget " + std::to_string(budget) + " must be a multiple of the page size " +
+                                 std::to_string(eo.page_size) + " and >= --recent " + std::to_string(recent) + " >= 1",
+                        2);
   }
   const bool json = vm.count("json") > 0;
   try {
@@ -202,9 +203,8 @@ int calibrate_delta(int argc, char** argv) {
     const model::Tokenizer tok = load_tokenizer_arg(ma, w);
     const model::ModelConfig& c = w.config;
     if (n_dense < 0 || n_dense >= c.n_layers) {
-      std::fprintf(stderr, "sieve calibrate delta: --dense %d must be in [0, %d) for a %d-layer model\n", n_dense,
-                   c.n_layers, c.n_layers);
-      return 2;
+      return report_error(cmd, "--dense " + std::to_string(n_dense) + " must be in [0, " + std::to_string(c.n_layers) +
+                                   ") for a " + std::to_string(c.n_layers) + "-layer model", 2);
     }
     if (n_select == 0) n_select = c.n_layers >= 16 ? 3 : c.n_layers >= 8 ? 2 : 1;
     n_select = std::min(n_select, c.n_layers - n_dense);
@@ -301,9 +301,9 @@ int calibrate_delta(int argc, char** argv) {
                 "Suggested (dense prefix, the first layer after it, then the largest shifts):\n%s\n",
                 chain.c_str());
   } catch (const std::exception& e) {
-    return report_error("sieve calibrate delta", e.what(), 1);
+    return report_error(cmd, e.what(), 1);
   }
   return 0;
 }
 
-}  // namespace sieve::cli
+}  // namespace sieve::delta
