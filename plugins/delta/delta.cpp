@@ -172,6 +172,8 @@ class DeltaPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = "token_budget=256,recent=16,dense_layers=[],select_layers=[0]",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
+      // Reads no K/V page itself (the core kernels do, honouring strides): any layout.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 #ifdef SIEVE_PLUGIN_TOOLS
   static constexpr sieve_tool kTools[] = {sp::tool<sd::calibrate_main>(

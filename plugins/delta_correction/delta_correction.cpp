@@ -107,6 +107,8 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = nullptr,
       .selection_basis = SIEVE_SELECTION_BASIS_NONE,
+      // Reads no K/V page itself (the core kernels do, honouring strides): any layout.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 #ifdef SIEVE_PLUGIN_TOOLS
   static constexpr sieve_tool kTools[] = {sp::tool<sieve::delta_correction::diag_main>(

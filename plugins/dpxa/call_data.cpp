@@ -1,6 +1,7 @@
 #include "call_data.hpp"
 
 #include <sieve/plugin/policy_api.hpp>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <string>
@@ -15,9 +16,22 @@ void check_cpu_tensors(const sieve_geometry& g, const sieve_layer_call& call, co
       !e.empty() || !sieve::is_float_storage(call.q->dtype) || !sieve::is_contiguous(*call.q))
     sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e.empty() ? "q: not a contiguous f32/f16/bf16 tensor" : e);
   if (std::string e = sieve::check_tensor(&view.k_pages, "k_pages", 4, {-1, g.n_kv_heads, g.page_size, g.head_dim});
-      !e.empty() || !sieve::is_contiguous(view.k_pages))
-    sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e.empty() ? "k_pages: not contiguous" : e);
+      !e.empty())
+    sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+  page_strides_of(view.k_pages, "k_pages");
   if (!view.indices.data) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the view's page indices are NULL");
+}
+
+PageStrides page_strides_of(const DLTensor& pages, const char* what) {
+  PageStrides at;
+  if (std::string e = sieve::page_strides(pages, what, &at); !e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+  return at;
+}
+
+PageStrides view_strides(const sieve_paged_kv& view) {
+  PageStrides at;
+  if (std::string e = sieve::view_page_strides(view, &at); !e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+  return at;
 }
 
 void gather_q(const sieve_geometry& g, const sieve_layer_call& call, int32_t b, int32_t h, std::vector<float>& out) {
@@ -37,8 +51,9 @@ void gather_pages(const sieve_geometry& g, const sieve_paged_kv& view, const DLT
   out.resize(size_t(kv_len * d));
   const int32_t* pages = sieve::data_ptr<const int32_t>(view.indices) + view.indptr_host[b];
   const void* base = sieve::data_ptr<const void>(pages_t);
+  const PageStrides at = page_strides_of(pages_t, &pages_t == &view.v_pages ? "v_pages" : "k_pages");
   for (int64_t p = 0; p < kv_len; ++p) {
-    const int64_t o = ((int64_t(pages[p / ps]) * g.n_kv_heads + kvh) * ps + p % ps) * d;
+    const int64_t o = at.row(pages[p / ps], kvh, p % ps);
     for (int32_t x = 0; x < d; ++x) out[size_t(p * d + x)] = sieve::load_float(base, pages_t.dtype, o + x);
   }
 }

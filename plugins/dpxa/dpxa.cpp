@@ -118,6 +118,8 @@ class DpxaPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = "block=64",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
+      // Every CPU and CUDA path reads pages through the view's strides and byte_offset.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 #ifdef SIEVE_PLUGIN_TOOLS
   static constexpr sieve_tool kTools[] = {sp::tool<sd::calibrate_main>(

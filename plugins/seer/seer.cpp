@@ -37,6 +37,7 @@
 #include <sieve/plugin/policy_api.hpp>
 #include <sieve/selection/top_k.hpp>
 #include <sieve/util/error.hpp>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <algorithm>
@@ -123,6 +124,8 @@ class SeerPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = "weights=builtin:mean,block=64,token_budget=256",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
+      // Every CPU and CUDA path reads pages through the view's strides and byte_offset.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 #ifdef SIEVE_PLUGIN_TOOLS
   static constexpr sieve_tool kTools[] = {sp::tool<sg::distill_gate_main>(
@@ -398,10 +401,12 @@ class SeerPolicy final : public sp::PolicyBase {
   }
 
   // ---- CPU ------------------------------------------------------------------------------------
-  // Element offset of (physical page, KV head, slot, channel) in a [cap, hkv, P, d] page tensor.
-  int64_t page_offset(int32_t page, int32_t h, int32_t slot) const {
-    const sieve_geometry& g = geometry();
-    return ((int64_t(page) * g.n_kv_heads + h) * g.page_size + slot) * g.head_dim;
+  // Where (physical page, KV head, slot) of a view's page tensor lives: its strides and
+  // byte_offset in any layout kv_store.h allows (seer declares them all), one line otherwise.
+  static sieve::PageStrides strides_of(const DLTensor& pages, const char* what) {
+    sieve::PageStrides at;
+    if (std::string e = sieve::page_strides(pages, what, &at); !e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+    return at;
   }
 
   void fill_cache_cpu(const sieve_layer_call& call, const sieve_paged_kv& view, const DLTensor& side) {
@@ -410,6 +415,7 @@ class SeerPolicy final : public sp::PolicyBase {
     const int32_t* pages = sieve::data_ptr<const int32_t>(view.indices);
     const void* kpre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
     const DLDataType dt = view.k_pre_rope_pages.dtype;
+    const sieve::PageStrides at = strides_of(view.k_pre_rope_pages, "the pre-RoPE key pages");
     float* cache = sieve::data_ptr<float>(side);
     const int32_t stride = gate_dim_ + 1;
     for (int32_t b = 0; b < call.batch; ++b) {
@@ -424,7 +430,7 @@ class SeerPolicy final : public sp::PolicyBase {
           all_filled = false;
           auto key = [&](int32_t t, int32_t c) {
             const int64_t tok = j * block_ + t;
-            return sieve::load_float(kpre, dt, page_offset(seq_pages[tok / P], h, int32_t(tok % P)) + c);
+            return sieve::load_float(kpre, dt, at.row(seq_pages[tok / P], h, tok % P) + c);
           };
           sg::pool_block(key, block_, d, pooled_.data());
           sg::gate_key(weights_.wk_at(call.layer, h), pooled_.data(), d, gate_dim_, rmsnorm_, j * block_,
@@ -493,6 +499,7 @@ class SeerPolicy final : public sp::PolicyBase {
     const int32_t* pages = sieve::data_ptr<const int32_t>(view.indices);
     const void* k = sieve::data_ptr<const void>(view.k_pages);
     const DLDataType kd = view.k_pages.dtype;
+    const sieve::PageStrides at = strides_of(view.k_pages, "k_pages");
     for (int32_t b = 0; b < call.batch; ++b) {
       const int32_t token = call.qo_indptr_host[b];
       const int32_t nb = block_indptr_[size_t(b) + 1] - block_indptr_[size_t(b)];
@@ -502,7 +509,7 @@ class SeerPolicy final : public sp::PolicyBase {
           return sieve::load_float(q, qt.dtype, (int64_t(token) * g.n_q_heads + h * group_ + gh) * d + c);
         };
         auto key = [&](int64_t t, int32_t c) {
-          return sieve::load_float(k, kd, page_offset(seq_pages[t / P], h, int32_t(t % P)) + c);
+          return sieve::load_float(k, kd, at.row(seq_pages[t / P], h, t % P) + c);
         };
         sg::block_truth(qf, key, group_, d, call.kv_len_host[b], block_, truth_.data(), nullptr, logits_);
         float* s = scores_.data() + int64_t(block_indptr_[size_t(b)]) * hkv + h;

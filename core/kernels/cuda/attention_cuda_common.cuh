@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "sieve/util/page_layout.hpp"
+
 namespace sieve::kernels::cuda {
 
 constexpr int kThreads = 128;  // every attention kernel runs 4-warp CTAs
@@ -61,9 +63,11 @@ struct AttnParams {
   int32_t n_work;            // work rows: q_rows entries or n_q_tokens
   int32_t n_q_tokens;
   int32_t batch;
-  // pages
+  // pages: row (physical page, KV head, token) of K / V at k / v + pages.row(...), head_dim
+  // contiguous (compact HND, NHD or a combined pool: sieve/util/page_layout.hpp)
   const void* k;
   const void* v;
+  PageStrides pages;
   const int32_t* kv_indptr;
   const int32_t* kv_indices;
   const int32_t* kv_last;

@@ -249,7 +249,7 @@ __device__ inline int32_t load_kv_tile(const AttnParams& p, const KeyList& keys,
       const int32_t pos = pos0[slot - chunk.first] + off;
       if (ph >= 0 && pos < keys.limit) {
         kp = pos;
-        src = ((int64_t(ph) * p.hkv + kvh) * P + off) * D + c * 8;
+        src = p.pages.row(ph, kvh, off) + c * 8;
       }
     }
     const int bytes = kp != INT32_MAX ? 16 : 0;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "sieve/util/error.hpp"
+#include "sieve/util/page_layout.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime::store_conform {
@@ -53,15 +54,13 @@ std::string copy_pool(HostServices& host, const DLTensor& t, const char* what, c
     if (t.shape[i] != want[i])
       return w + " shape[" + std::to_string(i) + "] is " + std::to_string(t.shape[i]) + ", expected " +
              std::to_string(want[i]) + " ([pages, n_kv_heads, page_size, head_dim])";
-  int64_t span = 1;
-  for (int i = 0; i < 4; ++i) {
-    strides[i] = stride(t, i);
-    if (strides[i] < 0 || strides[i] > (int64_t(1) << 40))
-      return w + " stride[" + std::to_string(i) + "] = " + std::to_string(strides[i]);
-    span += (t.shape[i] - 1) * strides[i];
-  }
-  if (strides[3] != 1) return w + " is not unit-stride along head_dim";
-  const size_t bytes = t.byte_offset + size_t(span) * dtype_bytes(t.dtype);
+  PageStrides at;  // what every reader of a view relies on (sieve/util/page_layout.hpp)
+  if (std::string e = page_strides(t, w.c_str(), &at); !e.empty()) return e;
+  strides[0] = at.page;
+  strides[1] = at.head;
+  strides[2] = at.token;
+  strides[3] = 1;
+  const size_t bytes = t.byte_offset + size_t(page_span(t, at)) * dtype_bytes(t.dtype);
   std::vector<unsigned char> all(bytes);
   std::string err;
   if (!host.copy(all.data(), kCpu, t.data, t.device, bytes, &err)) return w + ": " + err;

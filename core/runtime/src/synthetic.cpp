@@ -15,6 +15,7 @@
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/runtime/session.hpp"
 #include "sieve/util/error.hpp"
+#include "sieve/util/page_layout.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime {
@@ -52,10 +53,11 @@ HostTensor gather_tokens(const reference::Workload& w, const HostTensor& pages, 
   const int32_t* indptr = w.kv_indptr.data<int32_t>();
   const int32_t* indices = w.kv_indices.data<int32_t>();
   const size_t eb = dtype_bytes(pages.dl().dtype);
+  const PageStrides at = compact_hnd_strides(sp.n_kv_heads, sp.page_size, sp.head_dim);  // a Workload's pool
   for (int32_t tok = from; tok < to; ++tok) {
     int32_t page = indices[indptr[b] + tok / sp.page_size];
     for (int32_t h = 0; h < sp.n_kv_heads; ++h) {
-      int64_t src = ((int64_t(page) * sp.n_kv_heads + h) * sp.page_size + tok % sp.page_size) * sp.head_dim;
+      int64_t src = at.row(page, h, tok % sp.page_size);
       int64_t dst = (int64_t(tok - from) * sp.n_kv_heads + h) * sp.head_dim;
       std::memcpy(t.data<char>() + dst * eb, pages.data<char>() + src * eb, size_t(sp.head_dim) * eb);
     }

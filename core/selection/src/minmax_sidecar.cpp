@@ -105,6 +105,8 @@ bool MinMaxSidecar::on_append(const sieve_layer_call& call, void* stream) {
 #if SIEVE_SELECTION_CUDA
     MinMaxAppendLaunch a{};
     a.k_pages = data_ptr<const void>(view.k_pages);
+    const std::string bad_strides = page_strides(view.k_pages, "on_append: kv.k_pages", &a.k_strides);
+    require(bad_strides.empty(), SIEVE_ERR_INVALID_ARGUMENT, bad_strides);
     a.sidecar = data_ptr<void>(side);
     a.kv_dtype = storage_of(view.k_pages.dtype);
     require(a.kv_dtype != Storage::invalid && same_dtype(view.k_pages.dtype, side.dtype),

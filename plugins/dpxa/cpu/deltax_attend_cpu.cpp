@@ -24,8 +24,8 @@ void DeltaXAttention::attend_cpu(const sieve_layer_call& call, const sieve_selec
   for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&out, "out"}, {&view.v_pages, "v_pages"}}) {
     std::string e = t == &out ? sieve::check_tensor(t, what, 3, {n_q, g.n_q_heads, d})
                               : sieve::check_tensor(t, what, 4, {-1, g.n_kv_heads, g.page_size, d});
-    if (e.empty() && (!sieve::is_float_storage(t->dtype) || !sieve::is_contiguous(*t)))
-      e = std::string(what) + " must be a contiguous f32/f16/bf16 tensor";
+    if (e.empty() && (!sieve::is_float_storage(t->dtype) || (t == &out && !sieve::is_contiguous(*t))))
+      e = std::string(what) + (t == &out ? " must be a contiguous f32/f16/bf16 tensor" : " must be f32/f16/bf16");
     if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
   }
   const int32_t* indptr = sieve::data_ptr<const int32_t>(sel.indptr);

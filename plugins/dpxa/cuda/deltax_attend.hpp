@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda/dpxa_select.hpp"
+#include "sieve/util/page_layout.hpp"
 
 namespace sieve::dpxa {
 
@@ -16,8 +17,9 @@ struct DeltaxLaunch {
   int32_t q_dtype;            // 0 f32, 1 f16, 2 bf16 (also kv_dtype, out_dtype)
   int64_t q_token0;           // this sequence's first row of q / out
   int64_t n_new, kv_len;
-  const void* k_pages;        // [capacity, hkv, page_size, d]
+  const void* k_pages;        // [capacity, hkv, page_size, d] (data_ptr of the view's pages)
   const void* v_pages;
+  PageStrides kv_strides;     // the layout of both (view_page_strides: K and V share it)
   int32_t kv_dtype;
   const int32_t* pages;       // device: this sequence's physical page ids
   void* out;                  // [n_q_tokens, hq, d]

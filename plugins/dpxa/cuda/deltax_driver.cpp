@@ -40,10 +40,11 @@ void DeltaXAttention::attend_cuda(const sieve_layer_call& call, const sieve_sele
   const int32_t B = cfg_.block, H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
   const int64_t n_q = call.batch > 0 ? call.qo_indptr_host[call.batch] : 0;
   auto tensor = [&](const DLTensor* t, const char* what, std::initializer_list<int64_t> shape) {
+    const bool pages = shape.size() == 4;  // K/V pages: any layout (strides below)
     std::string e = sieve::check_tensor(t, what, int32_t(shape.size()), shape);
     if (e.empty() && (!t->data || t->device.device_type != dev.device_type || t->device.device_id != dev.device_id ||
-                      !sieve::is_contiguous(*t)))
-      e = std::string(what) + " must be a contiguous tensor on " + sieve::device_name(dev);
+                      (!pages && !sieve::is_contiguous(*t))))
+      e = std::string(what) + (pages ? " must be on " : " must be a contiguous tensor on ") + sieve::device_name(dev);
     if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
     return dtype_code(t->dtype, what);
   };
@@ -54,6 +55,7 @@ void DeltaXAttention::attend_cuda(const sieve_layer_call& call, const sieve_sele
   a.kv_dtype = tensor(&view.k_pages, "k_pages", {-1, g.n_kv_heads, g.page_size, d});
   if (tensor(&view.v_pages, "v_pages", {-1, g.n_kv_heads, g.page_size, d}) != a.kv_dtype)
     sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "k_pages and v_pages differ in dtype");
+  a.kv_strides = view_strides(view);
   if (call.batch > 0 && (!view.indices.data || !view.indptr_host))
     sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the view's page table is NULL");
   a.B = B;
@@ -76,6 +78,7 @@ void DeltaXAttention::attend_cuda(const sieve_layer_call& call, const sieve_sele
   a.stream = stream;
   packing::BlockPackLaunch pk{};
   pk.k_pages = a.k_pages;
+  pk.k_strides = a.kv_strides;
   pk.kv_dtype = a.kv_dtype;
   pk.hkv = g.n_kv_heads;
   pk.d = d;

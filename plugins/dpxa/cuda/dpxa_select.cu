@@ -311,7 +311,11 @@ const char* launch_scores(const SequenceLaunch& a, cudaStream_t stream) {
         break;
       }
     const size_t bytes = mma_smem_bytes(a, hpc);
-    if (a.d % 16 == 0 && a.B <= kMaxRowTiles * 16 && bytes <= 200 * 1024) {
+    // Its B fragments are 4-byte loads of key rows: a pool whose rows start off 4-byte boundaries
+    // (an odd element byte_offset or stride) takes the scalar kernel.
+    const bool rows_aligned = reinterpret_cast<uintptr_t>(a.k_pages) % 4 == 0 &&
+                              (a.k_strides.page | a.k_strides.head | a.k_strides.token) % 2 == 0;
+    if (rows_aligned && a.d % 16 == 0 && a.B <= kMaxRowTiles * 16 && bytes <= 200 * 1024) {
       if (const cudaError_t e = cudaFuncSetAttribute(
               scores_mma_kernel<TQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
           e != cudaSuccess)

@@ -22,9 +22,7 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162f
 
 template <class T>
 __device__ const T* key_row_t(const SequenceLaunch& a, int32_t kvh, int64_t pos) {
-  const int64_t phys = a.pages[pos / a.page_size];
-  return static_cast<const T*>(a.k_pages) +
-         ((phys * a.hkv + kvh) * a.page_size + pos % a.page_size) * a.d;
+  return static_cast<const T*>(a.k_pages) + a.k_strides.row(a.pages[pos / a.page_size], kvh, pos % a.page_size);
 }
 template <class T>
 __device__ const T* query_row_t(const SequenceLaunch& a, int32_t h, int64_t i) {

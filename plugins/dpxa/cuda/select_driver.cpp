@@ -27,16 +27,17 @@ void CudaSelect::run(const sieve_geometry& g, const SelectConfig& c, const sieve
                      const sieve_paged_kv& view, sieve_selection& selection, void* stream,
                      const DeviceShares* deltax) const {
   const DLDevice dev = g.device;
-  auto on_device = [&](const DLTensor& t, const char* what) {
+  auto on_device = [&](const DLTensor& t, const char* what, bool compact = true) {
     if (!t.data || t.device.device_type != dev.device_type || t.device.device_id != dev.device_id ||
-        !sieve::is_contiguous(t))
-      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " must be a contiguous tensor on ", sieve::device_name(dev));
+        (compact && !sieve::is_contiguous(t)))
+      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, compact ? " must be a contiguous tensor on " : " must be on ",
+               sieve::device_name(dev));
   };
   const int64_t n_q = call.qo_indptr_host[call.batch];
   if (std::string e = sieve::check_tensor(call.q, "q", 3, {n_q, g.n_q_heads, g.head_dim}); !e.empty())
     sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
   on_device(*call.q, "q");
-  on_device(view.k_pages, "k_pages");
+  on_device(view.k_pages, "k_pages", false);  // any layout: strides below
   on_device(view.indices, "the view's page indices");
   if (g.n_q_heads > kCudaMaxQHeads) sp::fail(SIEVE_ERR_UNSUPPORTED, "n_q_heads = ", g.n_q_heads, " > ", kCudaMaxQHeads);
   SequenceLaunch a{};
@@ -57,6 +58,7 @@ void CudaSelect::run(const sieve_geometry& g, const SelectConfig& c, const sieve
   a.q_dtype = dtype_code(call.q->dtype, "q");
   a.kv_dtype = dtype_code(view.k_pages.dtype, "k_pages");
   a.k_pages = sieve::data_ptr<const void>(view.k_pages);
+  a.k_strides = page_strides_of(view.k_pages, "k_pages");
   a.q_anchors = q_anchors_.get<uint8_t>();
   a.q_counts = q_counts_.get<int32_t>();
   a.k_anchors = k_anchors_.get<uint8_t>();

@@ -139,10 +139,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 3)
   const float scale_log2 = (xattn ? a.scale_over_s : a.scale) * kLog2e;
   const int32_t ps = a.page_size;
   const int32_t* pages = a.pages;
-  const int32_t kv_stride = a.hkv * ps * d;  // elements per physical page
-  const T* kbase = static_cast<const T*>(a.k_pages) + int64_t(g) * ps * d;
+  const int64_t page_stride = a.k_strides.page, token_stride = a.k_strides.token;
+  const T* kbase = static_cast<const T*>(a.k_pages) + int64_t(g) * a.k_strides.head;
   auto key_row = [&](int32_t pos) {  // 32-bit positions: a 64-bit division costs ~70 instructions
-    return kbase + int64_t(pages[pos / ps]) * kv_stride + (pos % ps) * d;
+    return kbase + int64_t(pages[pos / ps]) * page_stride + (pos % ps) * token_stride;
   };
   auto columns = [&](int32_t jj) {  // sampled key columns of key block jj
     const int32_t nk = int32_t(::min(int64_t(B), a.kv_len - int64_t(jj) * B));

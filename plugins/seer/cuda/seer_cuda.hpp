@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "sieve/util/page_layout.hpp"
+
 namespace sieve::seer {
 
 // Element types of the DLTensors a kernel reads (q_pre_rope, the pre-RoPE key pages).
@@ -18,6 +20,7 @@ struct SeerCudaCommon {
   bool rmsnorm;
   float rope_theta;
   float* cache;       // device sidecar [page_capacity, n_kv_heads, gate_dim + 1] f32
+  PageStrides k_pre_strides;  // where a pre-RoPE key row lives (the view's layout), when k_pre is read
   void* stream;       // cudaStream_t
 };
 

@@ -2,9 +2,11 @@
 
 #include <sieve/plugin/policy_api.hpp>
 #include <sieve/selection/top_k_cuda.hpp>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 namespace sieve::seer {
@@ -25,6 +27,15 @@ const int32_t* device_ints(const DLTensor& t, const char* what, int64_t n, DLDev
       t.device.device_type != dev.device_type || t.device.device_id != dev.device_id)
     sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " must be a contiguous int32 [", n, "] tensor on ", sieve::device_name(dev));
   return sieve::data_ptr<const int32_t>(t);
+}
+
+// Where a pre-RoPE key row lives: the view's strides and byte_offset in any layout kv_store.h
+// allows (seer declares them all), one line otherwise.
+PageStrides k_pre_strides(const sieve_paged_kv& view) {
+  PageStrides at;
+  if (std::string e = page_strides(view.k_pre_rope_pages, "the pre-RoPE key pages", &at); !e.empty())
+    sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+  return at;
 }
 
 }  // namespace
@@ -71,6 +82,7 @@ void SeerCuda::fill_cache(const sieve_layer_call& call, const DLTensor& side, vo
   a.c = common(call, side, stream);
   a.k_pre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
   a.k_elem = elem_of(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
+  a.c.k_pre_strides = k_pre_strides(view);
   a.wk = wk_.get<const float>() + int64_t(call.layer) * g_.n_kv_heads * shape_.wk_head_elems();
   a.max_complete = 0;
   for (int32_t b = 0; b < call.batch; ++b) a.max_complete = std::max(a.max_complete, int32_t(call.kv_len_host[b] / cfg_.block));
@@ -102,6 +114,7 @@ void SeerCuda::select(const sieve_layer_call& call, const DLTensor& side, const 
     a.catch_up = true;
     a.k_pre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
     a.k_elem = elem_of(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
+    a.c.k_pre_strides = k_pre_strides(view);
     a.wk = wk_.get<const float>() + int64_t(call.layer) * g_.n_kv_heads * shape_.wk_head_elems();
   }
   auto* indptr = sieve::data_ptr<int32_t>(selection.indptr);

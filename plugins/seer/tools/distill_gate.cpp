@@ -26,6 +26,7 @@
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/model/generate.hpp"
 #include "sieve/util/error.hpp"
+#include "sieve/util/page_layout.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace po = boost::program_options;
@@ -59,14 +60,15 @@ LayerCapture capture(model::Engine& engine, const std::vector<int32_t>& tokens) 
       fail(st, std::string("KV view: ") + p.kv_api->last_error(p.kv));
     const int32_t P = view.page_size, hkv = c.n_kv_heads;
     const auto* pages = data_ptr<const int32_t>(view.indices);
+    PageStrides at;
+    if (std::string e = page_strides(view.k_pages, "KV view: k_pages", &at); !e.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, e);
     std::vector<float>& k = cap.k_post[size_t(p.layer)];
     k.resize(size_t(T) * hkv * d);
     for (int32_t t = 0; t < T; ++t)
       for (int32_t h = 0; h < hkv; ++h)
         for (int32_t ch = 0; ch < d; ++ch)
           k[(size_t(t) * hkv + h) * d + ch] = load_float(
-              data_ptr<const void>(view.k_pages), view.k_pages.dtype,
-              ((int64_t(pages[t / P]) * hkv + h) * P + t % P) * d + ch);
+              data_ptr<const void>(view.k_pages), view.k_pages.dtype, at.row(pages[t / P], h, t % P) + ch);
   });
   std::vector<float> logits;
   engine.prefill(std::span<const int32_t>(&seq, 1), {tokens}, &logits);

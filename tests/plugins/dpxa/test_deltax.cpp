@@ -16,6 +16,7 @@
 #include "math/dpxa_tiles.hpp"
 #include "dpxa_scenario.hpp"
 #include "sieve/packing/pack_cpu.hpp"
+#include "sieve/reference/page_pool.hpp"
 #include "sieve/runtime/conformance.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "support/host_selection.hpp"
@@ -290,6 +291,58 @@ TEST_F(DeltaX, EachModeDeclaresTheHooksItUses) {
 }
 
 // (4) Bad parameters (also on CUDA), and an attend that has no select of its layer.
+// Engine page layouts (ABI 1.1 strided views): the same K/V laid out HND, NHD and as combined
+// pools (V at a byte_offset) gives bit-identical selections in both modes and bit-identical
+// deltax outputs (NaN-poisoned before each call) to the compact pool.
+TEST_F(DeltaX, EngineLayoutsGiveBitIdenticalResults) {
+  for (const char* mode : {"select", "deltax"})
+    for (const DLDataType dtype : {sieve::kF32, sieve::kBF16}) {
+      SCOPED_TRACE(std::string(mode) + " " + sieve::dtype_name(dtype));
+      DpxaScenario sc({290, 161}, {290, 70}, 16, 4, 2, 32, 40 + dtype.bits, dtype);
+      DpxaArgs a;
+      a.mode = mode;
+      auto once = [&](Rows* rows) {
+        std::vector<unsigned char> out;
+        sieve_policy* p = create(sc.g, a);
+        if (!p) return out;
+        HostSelection sel(int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads, 100000);
+        uint32_t stats = 0;
+        EXPECT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(p);
+        *rows = sel.rows();
+        if (a.mode == "deltax") {
+          sc.w.poison_outputs();
+          EXPECT_EQ(api_->attend(p, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_OK) << api_->last_error(p);
+          out.assign(sc.w.out.data<unsigned char>(), sc.w.out.data<unsigned char>() + sc.w.out.nbytes());
+        }
+        return out;
+      };
+      Rows want_rows;
+      const std::vector<unsigned char> want = once(&want_rows);
+      ASSERT_FALSE(want_rows.empty());
+      const sieve_paged_kv compact = sc.w.kv;
+      for (const sieve::KvLayout layout : sieve::kKvLayouts) {
+        SCOPED_TRACE(sieve::kv_layout_name(layout));
+        sieve::reference::LaidOutPool pool(sc.w.k_pages.dl(), sc.w.v_pages.dl(), layout);
+        pool.install(sc.w.kv);
+        Rows rows;
+        const std::vector<unsigned char> got = once(&rows);
+        EXPECT_EQ(rows, want_rows);
+        EXPECT_TRUE(got == want) << "deltax output differs from the compact pool's";
+        sc.w.kv = compact;
+      }
+    }
+  // Strides no layout has are refused with one line naming them.
+  DpxaScenario sc({100}, {100}, 16);
+  int64_t overlapping[4] = {2 * 16 * 32, 16 * 32, 16, 1};  // token stride 16 < head_dim 32
+  sc.w.kv.k_pages.strides = overlapping;
+  sieve_policy* p = create(sc.g, DpxaArgs{});
+  ASSERT_NE(p, nullptr);
+  HostSelection sel(int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads, 100000);
+  uint32_t stats = 0;
+  EXPECT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(std::string(api_->last_error(p)), ::testing::StartsWith("select: k_pages: strides [1024, 512, 16, 1] overlap"));
+}
+
 TEST_F(DeltaX, BadParametersAreRefused) {
   DpxaScenario sc({100}, {100}, 16);
   DpxaArgs a;
