@@ -5,8 +5,8 @@
 
 namespace sieve::runtime {
 
-// The core kernels index pages as compact HND (they do not read the view's strides yet).
-uint32_t core_kernel_kv_layouts() { return SIEVE_KV_LAYOUT_HND; }
+// The core kernels (CPU and CUDA) address pages through the view's strides (util/page_layout.hpp).
+uint32_t core_kernel_kv_layouts() { return SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED; }
 
 const char* kv_layout_name(uint32_t layout_bit) {
   switch (layout_bit) {
