@@ -191,9 +191,20 @@ TEST_F(Cli, ConformFailsBrokenFixtures) {
 }
 
 TEST_F(Cli, ConformUsage) {
-  CliRun r = sieve_cli("conform");
+  CliRun r = sieve_cli("conform --store");
   EXPECT_EQ(r.status, 2);
-  EXPECT_THAT(r.out, HasSubstr("name a plugin file"));
+  EXPECT_THAT(r.out, HasSubstr("--store needs a store name"));
+  r = sieve_cli("conform x.so --store paged-cpu");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("do not go together"));
+}
+
+// No plugin file: the KV-store suite on every store, the core's among them.
+TEST_F(Cli, ConformWithoutAPluginChecksTheStores) {
+  CliRun r = sieve_cli("conform");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(" KV store paged-cpu\n"));
+  EXPECT_THAT(r.out, HasSubstr("PASS  store_round_trip_cpu"));
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <sieve/runtime/registry.hpp>
 #include <sieve/util/abi_v1_0.hpp>
 
+#include "sieve/kv/paged_store.hpp"
+
 #include "runtime_test_util.hpp"
 
 using namespace sieve::runtime;
@@ -275,6 +277,71 @@ TEST(TableChecks, KvStoreTable) {
   kv.hdr.struct_size = 4;
   EXPECT_THAT(check_kv_store_api(&kv),
               ::testing::ElementsAre(HasSubstr("KV store table struct_size 4 is smaller")));
+}
+
+// ABI 1.1 store tables: the descriptor and the parameter schema are checked like a policy's, and a
+// declared feature must be reachable through the table.
+TEST(TableChecks, KvStoreDescriptor) {
+  struct Store {
+    const int32_t pages[2] = {16, 32};
+    sieve_param_spec spec[1] = {{SIEVE_HEADER_INIT(sieve_param_spec), "pool_mb", SIEVE_PARAM_INT, "64", 1, 4096, nullptr,
+                                 "pool size"}};
+    sieve_kv_store_descriptor d{SIEVE_HEADER_INIT(sieve_kv_store_descriptor), "paged", "sieve", 1, 1, 0, "a store",
+                                SIEVE_DEVICE_CPU, SIEVE_DTYPE_F32, pages, 2, SIEVE_KV_LAYOUT_HND,
+                                SIEVE_KV_FEATURE_SIDECARS | SIEVE_KV_FEATURE_EVICTION};
+    sieve_kv_store_api api = *sieve::kv::paged_cpu_store_api();
+    Store() {
+      api.hdr = SIEVE_HEADER_INIT(sieve_kv_store_api);
+      api.descriptor = &d;
+      api.params = spec;
+      api.n_params = 1;
+    }
+    std::vector<std::string> check() { return check_kv_store_api(&api); }
+  };
+  EXPECT_THAT(Store().check(), ::testing::IsEmpty());
+  {
+    Store s;
+    s.d.name = "Paged-CPU";
+    s.d.features |= 1u << 9;
+    s.d.layouts = 0;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre(
+                               "KV store descriptor: name 'Paged-CPU' does not match [a-z0-9_]+",
+                               "KV store descriptor: layouts is 0 (declare at least one)",
+                               "KV store descriptor: features has unknown bits 0x200"));
+  }
+  {
+    Store s;
+    s.d.devices = 1u << 5;
+    s.d.dtypes = 0;
+    const int32_t bad[1] = {0};
+    s.d.page_sizes = bad;
+    s.d.n_page_sizes = 1;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre("KV store descriptor: devices has unknown bits 0x20",
+                                                  "KV store descriptor: dtypes is 0 (declare at least one)",
+                                                  "KV store descriptor: page_sizes[0] = 0 (must be in [1, 65536])"));
+  }
+  {
+    Store s;  // features the table cannot serve
+    s.api.evict = nullptr;
+    s.api.sidecar = nullptr;
+    s.d.features |= SIEVE_KV_FEATURE_ENGINE_PAGES;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre("KV store descriptor: features has SIDECARS but 'sidecar' is NULL",
+                                                  "KV store descriptor: features has EVICTION but 'evict' is NULL",
+                                                  "KV store descriptor: features has ENGINE_PAGES but 'bind_pages' is NULL"));
+  }
+  {
+    Store s;  // a schema a policy would be refused for, and the size of a 1.0 descriptor-less table
+    s.spec[0].min = 10;
+    s.spec[0].max = 1;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre(StartsWith("KV store schema: ")));
+    s.api.n_params = 3;
+    s.api.params = nullptr;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre("KV store table: n_params is 3 but params is NULL"));
+    s.d.hdr.struct_size = 8;
+    s.api.n_params = 0;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre(HasSubstr("KV store descriptor struct_size 8 is smaller")));
+    s.api.hdr.struct_size = uint32_t(sieve::util::v1_0_size<sieve_kv_store_api>());  // a 1.0 table: not read
+    EXPECT_THAT(s.check(), ::testing::IsEmpty());
 }
 
 // ---- Tools (ABI 1.1) ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "sieve/runtime/policy_hooks.hpp"
 #include "sieve/util/printable.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/file_input.hpp"
@@ -458,6 +459,38 @@ std::string to_string(const ChainSpec& spec) {
   return out;
 }
 
+std::vector<std::string> chain_hook_conflicts(
+    const std::array<std::vector<std::vector<size_t>>, 2>& chains, const std::vector<InstanceRole>& roles) {
+  // (phase, message) -> layers, so that a chain used on many layers gives one line.
+  std::map<std::pair<int, std::string>, std::vector<int32_t>> found;
+  for (int ph = 0; ph < 2; ++ph)
+    for (size_t l = 0; l < chains[ph].size(); ++l) {
+      std::string attenders, observers;
+      size_t n_attenders = 0;
+      for (size_t inst : chains[ph][l]) {
+        const InstanceRole& r = roles[inst];
+        if (r.hooks & SIEVE_HOOK_ATTEND) {
+          attenders += (n_attenders++ ? ", " : "") + r.label;
+        }
+        if (r.needs_stats && (r.hooks & SIEVE_HOOK_OBSERVE))
+          observers += (observers.empty() ? "" : ", ") + r.label;
+      }
+      if (n_attenders > 1)
+        found[{ph, "more than one policy implements attend (" + attenders +
+                       "); a chain may replace the core kernel only once"}]
+            .push_back(int32_t(l));
+      else if (n_attenders == 1 && !observers.empty())
+        found[{ph, observers + " asks for page statistics, which the core kernel computes, but " +
+                       attenders + " replaces it (attend)"}]
+            .push_back(int32_t(l));
+    }
+  std::vector<std::string> out;
+  for (const auto& [key, layers] : found)
+    out.push_back("layers " + ranges_text(layers) + " (" +
+                  phase_label(key.first == 0 ? SIEVE_PHASE_PREFILL : SIEVE_PHASE_DECODE) + "): " + key.second);
+  return out;
+}
+
 bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve_geometry& geometry,
                     ResolvedChains* out, std::vector<std::string>* errors) {
   const size_t errors_before = errors->size();
@@ -555,28 +588,17 @@ bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve
     }
   }
 
-  // 3. At most one `attend` per (layer, phase); one line per offending chain, naming its layers.
-  std::map<std::pair<int, std::string>, std::vector<int32_t>> attend_conflicts;
-  for (int ph = 0; ph < 2; ++ph)
-    for (int32_t l = 0; l < n_layers; ++l) {
-      std::vector<std::string> attenders;
-      for (size_t inst : table[ph][l])
-        if (plugin[inst] && plugin[inst]->policy()->attend)
-          attenders.push_back(instances[inst].label());
-      if (attenders.size() > 1) {
-        std::string names;
-        for (auto& a : attenders) {
-          if (!names.empty()) names += ", ";
-          names += a;
-        }
-        attend_conflicts[{ph, names}].push_back(l);
-      }
-    }
-  for (const auto& [key, layers] : attend_conflicts)
-    errors->push_back("layers " + ranges_text(layers) + " (" +
-                      phase_label(key.first == 0 ? SIEVE_PHASE_PREFILL : SIEVE_PHASE_DECODE) +
-                      "): more than one policy implements attend (" + key.second +
-                      "); a chain may replace the core kernel only once");
+  // 3. At most one `attend` per (layer, phase), and no statistics where it is replaced. A table
+  //    that answers instance_hooks says its hooks only after create: the layer runner checks it.
+  std::vector<InstanceRole> roles(instances.size());
+  for (size_t i = 0; i < instances.size(); ++i) {
+    roles[i].label = instances[i].label();
+    if (!plugin[i]) continue;
+    const sieve_policy_api& api = *plugin[i]->policy();
+    roles[i].hooks = hooks_per_instance(api) ? 0 : table_hooks(api);
+    roles[i].needs_stats = (plugin[i]->descriptor()->needs & SIEVE_NEEDS_PAGE_STATS) != 0;
+  }
+  for (auto& line : chain_hook_conflicts(table, roles)) errors->push_back(std::move(line));
 
   // 4. What each instance serves after the overrides; instances that serve nothing are dropped.
   std::vector<uint32_t> phases(instances.size(), 0);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "sieve/kernels/attention_args.hpp"
+#include "sieve/runtime/policy_hooks.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/tensor.hpp"
 
@@ -90,17 +91,40 @@ LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry,
     sieve_status st = api->create(services_.table(), &geometry_, chains_.instances[i].values.data(),
                                   chains_.instances[i].values.size(), kv_, kv_api_, &p,
                                   sieve_reason_sink{&reason, sink_to_string});
-    if (st != SIEVE_OK || !p) {
-      for (size_t j = 0; j < handles_.size(); ++j) chains_.instances[j].plugin.policy()->destroy(handles_[j]);
-      handles_.clear();
-      fail(st != SIEVE_OK ? st : SIEVE_ERR_INTERNAL,
-           "plugin '" + std::string(chains_.instances[i].plugin.name()) + "' (instance " + chains_.instances[i].label +
-               "), hook create: " + status_text(st) + (reason.empty() ? "" : ": " + reason));
-    }
+    if (st != SIEVE_OK || !p)
+      abandon_instances(st != SIEVE_OK ? st : SIEVE_ERR_INTERNAL,
+                        "plugin '" + std::string(chains_.instances[i].plugin.name()) + "' (instance " +
+                            chains_.instances[i].label + "), hook create: " + status_text(st) +
+                            (reason.empty() ? "" : ": " + reason));
     handles_.push_back(p);
+  }
+  // 1.1: each instance's own hooks, then the chain checks resolve_chains could not make for
+  // tables that answer them only after create.
+  std::vector<InstanceRole> roles(handles_.size());
+  for (size_t i = 0; i < handles_.size(); ++i) {
+    const sieve_policy_api& api = *chains_.instances[i].plugin.policy();
+    std::string why;
+    hooks_.push_back(instance_hooks(api, handles_[i], &why));
+    if (!why.empty())
+      abandon_instances(SIEVE_ERR_INVALID_ARGUMENT, "plugin '" + std::string(chains_.instances[i].plugin.name()) +
+                                                        "' (instance " + chains_.instances[i].label + "): " + why);
+    roles[i] = {chains_.instances[i].label, hooks_[i],
+                (api.descriptor->needs & SIEVE_NEEDS_PAGE_STATS) != 0};
+  }
+  if (auto lines = chain_hook_conflicts(chains_.chains, roles); !lines.empty()) {
+    std::string joined;
+    for (const auto& l : lines) joined += (joined.empty() ? "" : "; ") + l;
+    abandon_instances(SIEVE_ERR_INVALID_ARGUMENT, joined);
   }
   served_.assign(chains_.instances.size(), {});
   snapshots_.assign(size_t(geometry_.n_layers), {});
+}
+
+void LayerRunner::abandon_instances(sieve_status status, const std::string& message) {
+  for (size_t j = 0; j < handles_.size(); ++j) chains_.instances[j].plugin.policy()->destroy(handles_[j]);
+  handles_.clear();
+  hooks_.clear();
+  fail(status, message);
 }
 
 LayerRunner::~LayerRunner() {
@@ -260,7 +284,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
       const int32_t i = int32_t(ci);
       served_[size_t(i)].push_back(L);
       const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
-      if (api->on_append) {
+      if (uses(i, SIEVE_HOOK_ON_APPEND)) {
         st = api->on_append(handles_[size_t(i)], &call, &app);
         if (st != SIEVE_OK) return plugin_failed(i, L, "on_append", st, error);
       }
@@ -300,7 +324,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     for (size_t ci : chain) {
       const int32_t i = int32_t(ci);
       const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
-      if (!api->select) continue;
+      if (!uses(i, SIEVE_HOOK_SELECT)) continue;
       uint32_t want = SIEVE_STATS_NONE;
       if (options_.check) {
         std::string e = poison_indices(sel, capacity);
@@ -333,7 +357,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     // 3. Attention: the chain's override, or the core kernel on the selection.
     int32_t override_by = -1;
     for (size_t ci : chain)
-      if (chains_.instances[ci].plugin.policy()->attend) override_by = int32_t(ci);
+      if (uses(int32_t(ci), SIEVE_HOOK_ATTEND)) override_by = int32_t(ci);
     if (override_by >= 0) {
       if (stats != SIEVE_STATS_NONE)
         return failed(SIEVE_ERR_UNSUPPORTED, where(override_by, L, "attend") +
@@ -372,9 +396,9 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
         stat_out.lse = lse;
         for (int32_t i : observers) {
           const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
-          if (!api->observe)
+          if (!uses(i, SIEVE_HOOK_OBSERVE))
             return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "observe") +
-                                                          ": asked for statistics but implements no observe hook");
+                                                          ": asked for statistics but does not use the observe hook");
           st = api->observe(handles_[size_t(i)], &call, &stat_out);
           if (st != SIEVE_OK) return plugin_failed(i, L, "observe", st, error);
         }
@@ -387,7 +411,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     for (size_t ci : chain) {
       const int32_t i = int32_t(ci);
       const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
-      if (!api->correct) continue;
+      if (!uses(i, SIEVE_HOOK_CORRECT)) continue;
       st = api->correct(handles_[size_t(i)], &call, &sel, out);
       if (st != SIEVE_OK) return plugin_failed(i, L, "correct", st, error);
       if (options_.check) {
@@ -452,7 +476,7 @@ sieve_status LayerRunner::append_only(const LayerInputs& in, std::string* error)
         for (size_t ci : chain) {
           const sieve_policy_api* api = chains_.instances[ci].plugin.policy();
           served_[ci].push_back(L);
-          if (!api->on_append) continue;
+          if (!uses(int32_t(ci), SIEVE_HOOK_ON_APPEND)) continue;
           sieve_status hs = api->on_append(handles_[ci], &call, &app);
           if (hs != SIEVE_OK) return plugin_failed(int32_t(ci), L, "on_append", hs, error);
         }
@@ -484,7 +508,7 @@ sieve_status LayerRunner::end_step(uint32_t phase, uint64_t step, const int32_t*
     std::sort(layers.begin(), layers.end());
     layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
     const sieve_policy_api* api = chains_.instances[i].plugin.policy();
-    if (api->end_step) {
+    if (uses(int32_t(i), SIEVE_HOOK_END_STEP)) {
       sieve_step_end e{};
       e.hdr = SIEVE_HEADER_INIT(sieve_step_end);
       e.phase = phase;

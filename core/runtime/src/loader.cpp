@@ -392,6 +392,66 @@ std::vector<std::string> check_kv_store_api(const sieve_kv_store_api* api) {
       {reinterpret_cast<const void*>(api->bytes_in_use), "bytes_in_use"}};
   for (auto& r : required)
     if (!r.fn) out.push_back(std::string("KV store table: '") + r.name + "' is NULL (required)");
+  // ABI 1.1: read only as far as the table's size says it reaches.
+  if (SIEVE_HAS_FIELD(api, sieve_kv_store_api, n_params)) {
+    if (api->n_params && !api->params)
+      out.push_back("KV store table: n_params is " + std::to_string(api->n_params) + " but params is NULL");
+    else if (api->n_params > kMaxParams)
+      out.push_back("KV store table: n_params " + std::to_string(api->n_params) + " exceeds the limit " +
+                    std::to_string(kMaxParams));
+    else if (api->n_params)
+      for (auto& p : check_schema(ParamSchema(api->params, api->n_params)))
+        out.push_back("KV store schema: " + p);
+  }
+  if (SIEVE_HAS_FIELD(api, sieve_kv_store_api, descriptor) && api->descriptor) {
+    for (auto& p : check_kv_store_descriptor(api->descriptor, api)) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::string> check_kv_store_descriptor(const sieve_kv_store_descriptor* d,
+                                                   const sieve_kv_store_api* api) {
+  if (auto p = size_problem(d, "KV store descriptor"); !p.empty()) return {p};
+  std::vector<std::string> out;
+  auto bad = [&](const std::string& s) { out.push_back("KV store descriptor: " + s); };
+  if (!is_identifier(d->name)) bad("name " + identifier_problem(d->name));
+  if (auto why = text_problem(d->vendor); !why.empty()) bad(why + " vendor");
+  if (auto why = text_problem(d->summary); !why.empty()) bad(why + " summary");
+  auto bits = [&](uint32_t v, uint32_t known, const char* what, bool nonzero) {
+    if (nonzero && v == 0) bad(std::string(what) + " is 0 (declare at least one)");
+    else if (v & ~known) bad(std::string(what) + " has unknown bits " + hex(v & ~known));
+  };
+  bits(d->devices, SIEVE_DEVICE_CPU | SIEVE_DEVICE_CUDA, "devices", true);
+  bits(d->dtypes, SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16, "dtypes", true);
+  bits(d->layouts, SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED, "layouts", true);
+  bits(d->features, SIEVE_KV_FEATURE_SIDECARS | SIEVE_KV_FEATURE_EVICTION | SIEVE_KV_FEATURE_PRE_ROPE_K |
+                        SIEVE_KV_FEATURE_ENGINE_PAGES, "features", false);
+  if (d->n_page_sizes && !d->page_sizes)
+    bad("page_sizes: n is " + std::to_string(d->n_page_sizes) + " but the array is NULL");
+  else if (d->n_page_sizes > kMaxListedSizes)
+    bad("page_sizes: n is " + std::to_string(d->n_page_sizes) + ", beyond the limit " +
+        std::to_string(kMaxListedSizes));
+  else
+    for (uint32_t i = 0; i < d->n_page_sizes; ++i)
+      if (d->page_sizes[i] <= 0 || d->page_sizes[i] > kMaxPageSize) {
+        bad("page_sizes[" + std::to_string(i) + "] = " + std::to_string(d->page_sizes[i]) +
+            " (must be in [1, " + std::to_string(kMaxPageSize) + "])");
+        break;
+      }
+  if (!api) return out;
+  // A feature a policy may be granted must be reachable through the table.
+  auto needs = [&](uint32_t bit, const char* feature, std::initializer_list<std::pair<const void*, const char*>> fns) {
+    if (!(d->features & bit)) return;
+    for (auto& [fn, name] : fns)
+      if (!fn) bad(std::string("features has ") + feature + " but '" + name + "' is NULL");
+  };
+  needs(SIEVE_KV_FEATURE_SIDECARS, "SIDECARS",
+        {{reinterpret_cast<const void*>(api->register_sidecar), "register_sidecar"},
+         {reinterpret_cast<const void*>(api->sidecar), "sidecar"}});
+  needs(SIEVE_KV_FEATURE_EVICTION, "EVICTION", {{reinterpret_cast<const void*>(api->evict), "evict"}});
+  const bool has_bind = SIEVE_HAS_FIELD(api, sieve_kv_store_api, bind_pages) && api->bind_pages;
+  needs(SIEVE_KV_FEATURE_ENGINE_PAGES, "ENGINE_PAGES",
+        {{has_bind ? reinterpret_cast<const void*>(api->bind_pages) : nullptr, "bind_pages"}});
   return out;
 }
 

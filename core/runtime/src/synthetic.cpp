@@ -307,8 +307,8 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     report->evicted_bytes = bytes_before_end > bytes ? bytes_before_end - bytes : 0;
 
     bool output_rewritten = false;
-    for (const auto& inst : chains.instances)
-      output_rewritten |= inst.api().attend != nullptr || inst.api().correct != nullptr;
+    for (size_t i = 0; i < chains.instances.size(); ++i)
+      output_rewritten |= (runner.hooks(i) & (SIEVE_HOOK_ATTEND | SIEVE_HOOK_CORRECT)) != 0;
     report->rel_err = 0;
     report->kernel_rel_err = output_rewritten ? -1 : 0;
     report->recall = 1;

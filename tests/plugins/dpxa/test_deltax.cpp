@@ -1,16 +1,15 @@
 // dpxa mode=deltax (DeltaXAttention, paper 001 §4.2) on the CPU, through the plugin's select and
-// attend hooks with the runtime's real host services (mode=select hands attend to the core
-// kernel): exact_top = 1 is the block-sparse result; the output equals a plain f64 recomputation
+// attend hooks with the runtime's real host services (mode=select uses select alone, and the core
+// kernel computes its tiles, as a host does): exact_top = 1 is the block-sparse result; the output equals a plain f64 recomputation
 // (keys of packed tiles expanded `count` times, one dense softmax per row) on ragged GQA inputs
 // into a NaN-poisoned buffer; rows with only the sink and diagonal tiles are exact however hard
-// the packing; mode=select is the core kernel bit for bit; bad parameters are refused (CUDA:
+// the packing; each mode declares the hooks it uses (instance_hooks); bad parameters are refused (CUDA:
 // test_deltax_cuda.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 
 #include "common/attention_tolerance.hpp"
@@ -33,7 +32,9 @@ using Rows = std::vector<std::vector<int32_t>>;
 class DeltaX : public DpxaTest<sieve::runtime::HostServices> {
  protected:
   DeltaX() : DpxaTest(sieve::kCpu) {}
-  // select + attend of one layer call into a NaN-poisoned output; the rows selected to *rows.
+  // One layer call as a host makes it, into a NaN-poisoned output: select, then the instance's
+  // attend when its hooks name it (mode=deltax), else the core kernel on its selection
+  // (mode=select). The rows selected to *rows.
   std::vector<double> run(DpxaScenario& sc, const DpxaArgs& a, Rows* rows = nullptr) {
     sieve_policy* p = create(sc.g, a);
     if (!p) return {};
@@ -41,7 +42,8 @@ class DeltaX : public DpxaTest<sieve::runtime::HostServices> {
     uint32_t stats = 0;
     EXPECT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(p);
     sc.w.poison_outputs();
-    EXPECT_EQ(api_->attend(p, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_OK) << api_->last_error(p);
+    EXPECT_EQ(attend_as_host(api_, p, sc.call, sel.get(), &sc.w.out.dl(), host_.table()), SIEVE_OK)
+        << api_->last_error(p);
     if (rows) *rows = sel.rows();
     return workload_output(sc.w);
   }
@@ -265,22 +267,26 @@ TEST_F(DeltaX, SinkAndDiagonalAreExact) {
   EXPECT_GT(worst_rel(dense_packed, run(sc, a)), 10 * rounding);
 }
 
-// mode=select's attend is the core kernel on the selection, bit for bit.
-TEST_F(DeltaX, SelectModeIsTheCoreKernel) {
-  DpxaScenario sc({260, 120}, {260, 50}, 16, 4, 2, 32, 5);
+// Each mode declares its hooks (ABI 1.1 instance_hooks): mode=select only selects, so the host
+// runs the core kernel on its tiles and chains count it as no attender; mode=deltax also attends.
+// The table keeps attend for deltax, and attend on a mode=select instance is refused.
+TEST_F(DeltaX, EachModeDeclaresTheHooksItUses) {
+  DpxaScenario sc({100}, {100}, 16);
   DpxaArgs a;
-  a.tau = 0.7;
-  Rows rows;
-  const auto plugin = run(sc, a, &rows);
-  sieve::reference::SelectionRows sr;
-  for (const auto& r : rows) sr.push_back(r);
-  sc.w.set_selection(SIEVE_SEL_PER_Q_HEAD, 32, 2, sr);
-  sc.w.poison_outputs();
-  const sieve_host_services* s = host_.table();
-  ASSERT_EQ(s->kernels->attend(s->host_ctx, &sc.w.args), SIEVE_OK);
-  const auto core = workload_output(sc.w);
-  ASSERT_EQ(plugin.size(), core.size());
-  EXPECT_EQ(std::memcmp(plugin.data(), core.data(), core.size() * sizeof(double)), 0);
+  sieve_policy* select = create(sc.g, a);
+  ASSERT_NE(select, nullptr);
+  ASSERT_NE(api_->instance_hooks, nullptr);
+  EXPECT_EQ(api_->instance_hooks(select), uint32_t(SIEVE_HOOK_SELECT));
+  a.mode = "deltax";
+  sieve_policy* deltax = create(sc.g, a);
+  ASSERT_NE(deltax, nullptr);
+  EXPECT_EQ(api_->instance_hooks(deltax), uint32_t(SIEVE_HOOK_SELECT | SIEVE_HOOK_ATTEND));
+  EXPECT_NE(api_->attend, nullptr);
+  HostSelection sel(int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads, 100000);
+  uint32_t stats = 0;
+  ASSERT_EQ(api_->select(select, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(select);
+  EXPECT_EQ(api_->attend(select, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(api_->last_error(select), HasSubstr("mode=select"));
 }
 
 // (4) Bad parameters (also on CUDA), and an attend that has no select of its layer.

@@ -56,7 +56,8 @@ class DeltaXCuda : public ::testing::Test {
     if (p) policies_.push_back(p);
     return p;
   }
-  // CPU select + attend into a NaN-poisoned host output; the rows to *rows.
+  // CPU select + attend (as a host: attend_as_host) into a NaN-poisoned host output; the rows to
+  // *rows.
   std::vector<double> run_cpu(DpxaScenario& sc, const DpxaArgs& a, Rows* rows) {
     sieve_policy* p = create(*cpu_, sc.g, a);
     if (!p) return {};
@@ -64,7 +65,8 @@ class DeltaXCuda : public ::testing::Test {
     uint32_t stats = 0;
     EXPECT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(p);
     sc.w.poison_outputs();
-    EXPECT_EQ(api_->attend(p, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_OK) << api_->last_error(p);
+    EXPECT_EQ(attend_as_host(api_, p, sc.call, sel.get(), &sc.w.out.dl(), cpu_->table()), SIEVE_OK)
+        << api_->last_error(p);
     *rows = sel.rows();
     return workload_output(sc.w);
   }
@@ -76,7 +78,8 @@ class DeltaXCuda : public ::testing::Test {
     uint32_t stats = 0;
     EXPECT_EQ(api_->select(p, &dc.call, &ds.sel, &stats), SIEVE_OK) << api_->last_error(p);
     dc.poison();
-    EXPECT_EQ(api_->attend(p, &dc.call, &ds.sel, &dc.out_t), SIEVE_OK) << api_->last_error(p);
+    EXPECT_EQ(attend_as_host(api_, p, dc.call, &ds.sel, &dc.out_t, cuda_->table()), SIEVE_OK)
+        << api_->last_error(p);
     std::string err;
     EXPECT_TRUE(cuda_->synchronize(&err)) << err;
     *rows = ds.rows();

@@ -51,6 +51,9 @@
 //  - every C entry is noexcept: an Error keeps its status, std::bad_alloc becomes OUT_OF_MEMORY,
 //    anything else INTERNAL; the message goes to last_error ("select: ...") or the reason/err sink;
 //  - a hook the class does not override is NULL, so hook presence is declared by the code itself;
+//    an instance that needs fewer of them (a mode that only selects) says so in its constructor
+//    with use_hooks(), answered through instance_hooks (ABI 1.1); naming a hook the class does
+//    not override fails create;
 //    a descriptor that needs page stats without an observe hook, or evicts without end_step, fails
 //    to compile;
 //  - validate and create check the structs' sizes, the geometry against the descriptor and the
@@ -83,6 +86,9 @@ sieve_status negotiate_entry(uint32_t host_major, uint32_t* plugin_major,
 
 namespace detail {
 
+// Throws when `used` (an instance's use_hooks()) names a hook outside `overridden`.
+void check_instance_hooks(uint32_t used, uint32_t overridden);
+
 template <class D>
 constexpr const sieve_param_spec* params_of() {
   if constexpr (requires { D::kParams; }) return std::data(D::kParams);
@@ -108,6 +114,17 @@ constexpr uint32_t n_tools_of() {
 // &D::hook then names that class instead of PolicyBase.
 #define SIEVE_PLUGIN_OVERRIDES(D, hook) \
   (!std::is_same_v<decltype(&D::hook), decltype(&::sieve::plugin::PolicyBase::hook)>)
+
+// The sieve_hook_bits of the hooks D overrides: the non-NULL hooks of its C table.
+template <class D>
+constexpr uint32_t overridden_hooks() {
+  return (SIEVE_PLUGIN_OVERRIDES(D, on_append) ? uint32_t(SIEVE_HOOK_ON_APPEND) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, select) ? uint32_t(SIEVE_HOOK_SELECT) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, attend) ? uint32_t(SIEVE_HOOK_ATTEND) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, observe) ? uint32_t(SIEVE_HOOK_OBSERVE) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, correct) ? uint32_t(SIEVE_HOOK_CORRECT) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, end_step) ? uint32_t(SIEVE_HOOK_END_STEP) : 0u);
+}
 
 template <class D>
 struct Trampolines {
@@ -177,6 +194,7 @@ struct Trampolines {
       const CreateContext ctx{services, g,  Params(params_of<D>(), n_params_of<D>(), values, n_values),
                               kv,       kv_api, D::kDescriptor.name};
       std::unique_ptr<PolicyBase> instance = std::make_unique<D>(ctx);
+      check_instance_hooks(instance->instance_hooks(overridden_hooks<D>()), overridden_hooks<D>());
       *out = reinterpret_cast<sieve_policy*>(instance.release());
       return SIEVE_OK;
     } catch (...) {
@@ -188,6 +206,10 @@ struct Trampolines {
   }
 
   static void destroy(sieve_policy* p) noexcept { delete base(p); }
+
+  static uint32_t instance_hooks(const sieve_policy* p) noexcept {
+    return p ? base(p)->instance_hooks(overridden_hooks<D>()) : overridden_hooks<D>();
+  }
 
   static const char* last_error(const sieve_policy* p) noexcept {
     return p ? base(p)->last_error() : "last_error: policy is NULL";
@@ -273,6 +295,7 @@ constexpr sieve_policy_api make_policy_api() {
   api.observe = SIEVE_PLUGIN_OVERRIDES(D, observe) ? &T::observe : nullptr;
   api.correct = SIEVE_PLUGIN_OVERRIDES(D, correct) ? &T::correct : nullptr;
   api.end_step = SIEVE_PLUGIN_OVERRIDES(D, end_step) ? &T::end_step : nullptr;
+  api.instance_hooks = &T::instance_hooks;
   return api;
 }
 

@@ -133,4 +133,21 @@ struct ResolvedChains {
 bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve_geometry& geometry,
                     ResolvedChains* out, std::vector<std::string>* errors);
 
+// What the chain checks need of one instance: its label, the hooks it uses (sieve_hook_bits) and
+// whether its descriptor asks for page statistics (SIEVE_NEEDS_PAGE_STATS).
+struct InstanceRole {
+  std::string label;
+  uint32_t hooks = 0;
+  bool needs_stats = false;
+};
+
+// One line per (phase, chain) that replaces the core kernel twice (two instances using attend),
+// and one per (phase, chain) where an instance that needs page statistics and observes shares the
+// chain with one that replaces the core kernel (which is what computes them); each line names the
+// chain's layers. chains[phase_index][layer] holds indices into `roles`. resolve_chains checks the
+// hooks known before create (tables without instance_hooks); the layer runner checks again with
+// every instance's own hooks once they are created.
+std::vector<std::string> chain_hook_conflicts(
+    const std::array<std::vector<std::vector<size_t>>, 2>& chains, const std::vector<InstanceRole>& roles);
+
 }  // namespace sieve::runtime

@@ -6,6 +6,8 @@
 // create() with a wrong-length value array and with an impossible geometry.
 // Numeric part (conformance_numeric.cpp, by the runtime lead): hooks run on real tensors against
 // the dense f64 reference, and error paths with bad tensors.
+// KV-store suite (conformance_store*.cpp): a store table's append/view round trips against an f64
+// reference, page tables, sidecars, eviction, removal and refusals, on every store.
 //
 // Isolation: each part runs in a forked child process by default, so a plugin that crashes or
 // hangs fails the check it was in ("crashed with SIGSEGV during <check>") instead of taking the
@@ -25,6 +27,7 @@ struct ConformCheck {
   bool passed = false;
   bool skipped = false;
   std::string detail;
+  std::string store;  // the KV store a store-suite check ran on ("" for plugin checks)
 };
 
 struct ConformReport {
@@ -100,7 +103,30 @@ bool static_gate_passed(const ConformReport& report);
 // The numeric / device part, appended to `report` (conformance_numeric.cpp).
 void conform_numeric(const LoadedPlugin& plugin, ConformReport* report, const ConformOptions& options = {});
 
-// conform_static, then (if static_gate_passed) load the plugin and conform_numeric.
+// conform_static, then (if static_gate_passed) load the plugin and conform_numeric, and the
+// KV-store suite on the store the plugin ships (if any).
 ConformReport conform(const std::string& path, const ConformOptions& options = {});
+
+// ---- The KV-store suite (conformance_store*.cpp; docs/conformance.md, "KV stores") ----------
+
+struct StoreUnderTest {
+  std::string name;    // what `--store NAME` matches; every check of the store carries it
+  std::string origin;  // "built-in", or the plugin file that ships it
+  const sieve_kv_store_api* api = nullptr;
+  // Where a table without a descriptor (ABI 1.0) runs; a descriptor's `devices` replaces it.
+  uint32_t devices_1_0 = SIEVE_DEVICE_CPU;
+};
+
+// The one place that lists the stores `sieve conform` checks with no arguments: the core's own
+// stores, then the store of every plugin in `plugins` (which must outlive the returned tables).
+std::vector<StoreUnderTest> known_stores(const std::vector<LoadedPlugin>& plugins);
+
+// The suite on one store: its table, then every device it declares, each part in a forked child
+// (a crash or hang fails the check that was running); checks are appended to `report`, each
+// with `store` = store.name. CUDA checks skip (with the reason) on a machine without a device.
+void conform_store(const StoreUnderTest& store, const ConformOptions& options, ConformReport* report);
+
+// The store suite's check names, in the order they run ("<check>_cpu", "<check>_cuda" per device).
+const std::vector<std::string>& store_check_names();
 
 }  // namespace sieve::runtime

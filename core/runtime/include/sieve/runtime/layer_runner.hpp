@@ -97,6 +97,8 @@ class LayerRunner {
 
   const SelectionSnapshot& selection_used(int32_t layer) const { return snapshots_.at(size_t(layer)); }
   const ResolvedChains& chains() const { return chains_; }
+  // The sieve_hook_bits instance `i` of chains() uses (asked after create; policy_hooks.hpp).
+  uint32_t hooks(size_t i) const { return hooks_.at(i); }
   // Allocations the runner made for its own selection / statistics buffers (so a caller can tell
   // them from allocations made inside policy hooks).
   uint64_t buffer_allocations() const { return buffer_allocations_; }
@@ -117,6 +119,10 @@ class LayerRunner {
   std::string check_output(const DLTensor& out, const int32_t* rows, int64_t n_rows);
   // The call the hooks see for `in` on `view` (the per-sequence lengths go to kv_len_).
   sieve_layer_call layer_call(const LayerInputs& in, sieve_paged_kv* view);
+  // Instance `i` uses `hook` (a sieve_hook_bits bit): its own hooks, asked after create.
+  bool uses(int32_t i, uint32_t hook) const { return (hooks_[size_t(i)] & hook) != 0; }
+  // Destroy the instances created so far and throw `message` (the constructor's way out).
+  [[noreturn]] void abandon_instances(sieve_status status, const std::string& message);
 
   HostServices& services_;
   sieve_geometry geometry_;
@@ -124,6 +130,7 @@ class LayerRunner {
   const sieve_kv_store_api* kv_api_;
   ResolvedChains chains_;
   std::vector<sieve_policy*> handles_;  // one per chains_.instances
+  std::vector<uint32_t> hooks_;         // sieve_hook_bits each instance uses (policy_hooks.hpp)
   Options options_;
 
   Buffer sel_indptr_, sel_indices_, lse_, page_mass_;
