@@ -67,6 +67,44 @@ TEST_F(Cli, PluginsJson) {
   EXPECT_TRUE(saw_truncated);
 }
 
+TEST_F(Cli, PluginsListsTheStoresTheSameWayInBothForms) {
+  CliRun text = sieve_cli("plugins --plugin-dir " SIEVE_FIXTURE_DIR, false);
+  CliRun json = sieve_cli("plugins --json --plugin-dir " SIEVE_FIXTURE_DIR, false);
+  ASSERT_EQ(json.status, 0) << json.out;
+  auto j = nlohmann::json::parse(json.out);
+  ASSERT_FALSE(j["stores"].empty());
+  const auto& paged = j["stores"][0];
+  EXPECT_EQ(paged["name"], "paged");
+  EXPECT_EQ(paged["source"], "built-in");
+  EXPECT_EQ(paged["layouts"], "hnd");
+  EXPECT_EQ(paged["features"], "sidecars,eviction,pre_rope_k");
+  EXPECT_TRUE(paged["params"].empty());
+  // Every field of the JSON entry is a line of the text form.
+  EXPECT_THAT(text.out, HasSubstr("KV stores (--kv-store NAME(k=v,...), a chain's kv_store line):\n\npaged " +
+                                  paged["version"].get<std::string>() + " (sieve) — " +
+                                  paged["summary"].get<std::string>() + "\n  source     built-in\n  devices    " +
+                                  paged["devices"].get<std::string>() + "\n  dtypes     " +
+                                  paged["dtypes"].get<std::string>() + "   page sizes " +
+                                  paged["page_sizes"].get<std::string>() +
+                                  "\n  layouts    hnd\n  features   sidecars,eviction,pre_rope_k\n"
+                                  "  parameters none\n"));
+}
+
+TEST_F(Cli, AnUnknownOrBadStoreIsOneLineAndAFailure) {
+  CliRun r = sieve_cli("attn --chain 'streaming(window=64)' --context 256 --kv-store pagd");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "sieve attn: kv store, col 1: unknown KV store 'pagd' (did you mean 'paged'?); available: paged\n");
+  r = sieve_cli("attn --chain 'streaming(window=64)' --context 256 --kv-store 'paged(pool=2)'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("KV store 'paged': unknown parameter 'pool'"));
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
+  r = sieve_cli("attn --chain 'kv_store=paged; *=dense' --context 256 --kv-store paged");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("the KV store is named twice"));
+  r = sieve_cli("attn --chain 'streaming(window=64)' --context 256 --kv-store paged --json", false);
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
 TEST_F(Cli, PluginsMissingDirectory) {
   CliRun r = sieve_cli("plugins --plugin-dir /nonexistent/plugins");
   EXPECT_EQ(r.status, 1);

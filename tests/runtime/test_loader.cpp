@@ -342,6 +342,7 @@ TEST(TableChecks, KvStoreDescriptor) {
     EXPECT_THAT(s.check(), ::testing::ElementsAre(HasSubstr("KV store descriptor struct_size 8 is smaller")));
     s.api.hdr.struct_size = uint32_t(sieve::util::v1_0_size<sieve_kv_store_api>());  // a 1.0 table: not read
     EXPECT_THAT(s.check(), ::testing::IsEmpty());
+  }
 }
 
 // ---- Tools (ABI 1.1) ------------------------------------------------------------------------------

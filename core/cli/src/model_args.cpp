@@ -64,6 +64,20 @@ bool discover_plugins(const ModelArgs& a, runtime::Registry* out, std::string* e
   return true;
 }
 
+void add_kv_store_option(boost::program_options::options_description& opts, std::string* text) {
+  opts.add_options()("kv-store", boost::program_options::value(text),
+                     "the KV store: NAME or NAME(k=v,...) (`sieve plugins` lists them; default: the chain's "
+                     "kv_store line, else paged)");
+}
+
+runtime::ChainSpec chain_arg(const std::string& chain, const std::string& kv_store) {
+  runtime::ChainSpec spec;
+  std::string error;
+  if (!chain.empty() && !runtime::parse_chain_argument(chain, &spec, &error)) fail(SIEVE_ERR_INVALID_ARGUMENT, error);
+  if (!runtime::apply_store_argument(kv_store, &spec, &error)) fail(SIEVE_ERR_INVALID_ARGUMENT, "--kv-store: " + error);
+  return spec;
+}
+
 std::string describe(const model::ModelWeights& w) {
   const auto& c = w.config;
   return w.source + " (" + w.format + ": dim " + std::to_string(c.dim) + ", " + std::to_string(c.n_layers) +

@@ -1,5 +1,6 @@
 // Page bookkeeping shared by the CPU and CUDA paged stores.
 #include "sieve/kv/paged_store_base.hpp"
+#include "sieve/kv/paged_store.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -9,8 +10,7 @@
 
 namespace sieve::kv {
 
-namespace {
-std::string geometry_problem(const sieve_kv_config& c) {
+std::string paged_config_problem(const sieve_kv_config& c) {
   const auto& g = c.geometry;
   if (g.hdr.struct_size < sizeof(sieve_geometry)) return "geometry struct is older than v1.0";
   if (g.n_layers <= 0) return "n_layers must be > 0, got " + std::to_string(g.n_layers);
@@ -24,11 +24,10 @@ std::string geometry_problem(const sieve_kv_config& c) {
     return "pages_per_layer must be > 0, got " + std::to_string(c.pages_per_layer);
   return {};
 }
-}  // namespace
 
 PagedStoreBase::PagedStoreBase(const sieve_host_services* services, const sieve_kv_config& config)
     : services_(services), config_(config) {
-  std::string p = geometry_problem(config_);
+  std::string p = paged_config_problem(config_);
   require(p.empty(), SIEVE_ERR_INVALID_ARGUMENT, "KV store config: " + p);
   const int L = config_.geometry.n_layers;
   // Pages never used are handed out lowest id first from a counter rather than listed up front:

@@ -39,12 +39,12 @@
 #include "sieve/cli/probe_copy.hpp"
 #include "sieve/cli/prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
-#include "sieve/kv/paged_store.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/long_context.hpp"
 #include "sieve/reference/statistics.hpp"
 #include "sieve/runtime/host_copy.hpp"
+#include "sieve/runtime/session.hpp"
 #include "sieve/util/error.hpp"
 #include "tools/tools.hpp"
 
@@ -147,8 +147,7 @@ std::vector<ChainResult> run_model(const ModelArgs& ma, const std::string& promp
             "a prompt of " + std::to_string(p.size()) + " tokens exceeds the model's " + std::to_string(c.seq_len));
 
   auto run = [&](const std::string& chain) {
-    const runtime::ChainSpec spec = chain.empty() ? runtime::ChainSpec{} : model::parse_chain_argument(chain);
-    model::Engine engine(w, eo, model::resolve_for_model(spec, registry, c, eo));
+    model::Engine engine(w, eo, model::resolve_for_model(chain_arg(chain, ma.kv_store), registry, c, eo));
     std::vector<LayerRows> layers(size_t(c.n_layers));
     engine.set_probe([&](const model::LayerProbe& p) {
       if (p.phase == SIEVE_PHASE_PREFILL) capture(p, c, last, &layers[size_t(p.layer)]);
@@ -189,7 +188,7 @@ struct SynthRun {
 };
 
 SynthRun run_synthetic_chain(const SynthSetup& s, const reference::LongContext& lc, const std::string& chain,
-                             const runtime::Registry& registry) {
+                             const std::string& kv_store, const runtime::Registry& registry) {
   runtime::HostServices services(kCpu);
   sieve_geometry g{};
   g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
@@ -206,35 +205,21 @@ SynthRun run_synthetic_chain(const SynthSetup& s, const reference::LongContext& 
   g.rope_dim = s.d;
   runtime::ResolvedChains chains;
   std::vector<std::string> errors;
-  const runtime::ChainSpec spec = chain.empty() ? runtime::ChainSpec{} : model::parse_chain_argument(chain);
+  const runtime::ChainSpec spec = chain_arg(chain, kv_store);
   if (!runtime::resolve_chains(spec, registry, g, &chains, &errors)) {
     std::string all;
     for (const auto& e : errors) all += (all.empty() ? "" : "; ") + e;
     fail(SIEVE_ERR_INVALID_ARGUMENT, all);
   }
-  const sieve_kv_store_api* api = kv::paged_cpu_store_api();
-  sieve_kv_config kc{};
-  kc.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
-  kc.geometry = g;
-  kc.pages_per_layer = (s.n + s.page - 1) / s.page + 1;
-  kc.keep_pre_rope_k = 0;
-  sieve_kv_store* store = nullptr;
-  std::string reason;
-  sieve_reason_sink sink{&reason, [](void* c, const char* m) { *static_cast<std::string*>(c) = m; }};
-  require(api->create(services.table(), &kc, &store, sink) == SIEVE_OK, SIEVE_ERR_INTERNAL, "KV store: " + reason);
-  struct Destroy {
-    const sieve_kv_store_api* api;
-    sieve_kv_store* store;
-    ~Destroy() { api->destroy(store); }
-  } destroy{api, store};
-  int32_t seq = 0;
-  require(api->add_sequence(store, &seq) == SIEVE_OK, SIEVE_ERR_INTERNAL, "add_sequence failed");
+  runtime::Session::Options so;
+  so.pages_per_layer = (s.n + s.page - 1) / s.page + 1;
+  so.runner.record_selections = true;
+  runtime::Session session(services, g, std::move(chains), so);
+  int32_t seq = session.add_sequence();
 
   SynthRun r;
   {
-    runtime::LayerRunner::Options o;
-    o.record_selections = true;
-    runtime::LayerRunner runner(services, g, store, api, std::move(chains), o);
+    runtime::LayerRunner& runner = session.runner();
     int64_t qs[3] = {s.n, s.hq, s.d}, ks[3] = {s.n, s.hkv, s.d}, qos[1] = {2};
     std::vector<int32_t> qo = {0, s.n}, pos(size_t(s.n));
     for (int32_t i = 0; i < s.n; ++i) pos[size_t(i)] = i;
@@ -258,9 +243,7 @@ SynthRun run_synthetic_chain(const SynthSetup& s, const reference::LongContext& 
     if (runner.run_layer(in, &r.out.dl(), &error) != SIEVE_OK) fail(SIEVE_ERR_INTERNAL, chain + ": " + error);
     runtime::selection_to_host(runner.selection_used(0), &r.selection);
   }
-  sieve_paged_kv view{};
-  require(api->view(store, 0, &seq, 1, &view) == SIEVE_OK, SIEVE_ERR_INTERNAL, "KV view failed");
-  runtime::copy_view_to_host(services, view, &r.view);
+  runtime::copy_view_to_host(services, session.view(0, &seq, 1), &r.view);
   return r;
 }
 
@@ -288,7 +271,7 @@ std::vector<ChainResult> run_synthetic(const SynthSetup& s, const std::string& s
   std::sort(needed.begin(), needed.end());
   needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
 
-  const SynthRun dense = run_synthetic_chain(s, lc, "", registry);
+  const SynthRun dense = run_synthetic_chain(s, lc, "", ma.kv_store, registry);
   // Probabilities of the needed rows under a run's selection (dense when it has none).
   auto probs_of = [&](const SynthRun& run, bool use_selection) {
     HostTensor q({s.n, s.hq, s.d}, kF32), scratch({s.n, s.hq, s.d}, kF32), qo({2}, kI32);
@@ -337,7 +320,7 @@ std::vector<ChainResult> run_synthetic(const SynthSetup& s, const std::string& s
   reference::RefAttention p_sparse;
   bool have_sparse = false;
   for (const auto& nr : runs) {
-    const SynthRun run = run_synthetic_chain(s, lc, nr.chain, registry);
+    const SynthRun run = run_synthetic_chain(s, lc, nr.chain, ma.kv_store, registry);
     if (nr.kind == 0) {
       p_sparse = probs_of(run, true);
       have_sparse = true;
@@ -400,6 +383,7 @@ int diag_main(int argc, const char* const* argv) {
       ("page-size", po::value(&ma.page_size)->default_value(16), "tokens per KV page")
       ("plugin-dir", po::value(&ma.plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", po::value(&json_file), "also write the results as JSON to this file");
+  add_kv_store_option(opts, &ma.kv_store);
   po::variables_map vm;
   if (const auto done = parse_options(cmd.c_str(), opts, argc, argv, &vm)) return *done;
   if (prompts_file.empty() == (synthetic == 0)) {

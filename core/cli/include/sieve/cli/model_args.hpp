@@ -1,12 +1,14 @@
 // What `sieve run` and `sieve eval` share: loading the model and tokenizer (the embedded default
 // unless --model / --tokenizer say otherwise), the engine options, the plugin registry.
 #pragma once
+#include <boost/program_options.hpp>
 #include <string>
 #include <vector>
 
 #include "sieve/model/engine.hpp"
 #include "sieve/model/model.hpp"
 #include "sieve/model/tokenizer.hpp"
+#include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/registry.hpp"
 
 namespace sieve::cli {
@@ -18,7 +20,14 @@ struct ModelArgs {
   std::string kv_dtype = "f32";
   int32_t page_size = 16;
   std::vector<std::string> plugin_dirs;
+  std::string kv_store;   // --kv-store NAME(k=v,...); "" = the chain's, else "paged"
 };
+
+// The --kv-store option, described once for every command that makes a session.
+void add_kv_store_option(boost::program_options::options_description& opts, std::string* text);
+// A --chain argument (bare: every layer; "": dense) with --kv-store applied; throws sieve::Error
+// with one line on bad text or a chain that already names another store.
+runtime::ChainSpec chain_arg(const std::string& chain, const std::string& kv_store);
 
 // Both throw sieve::Error with one line.
 model::ModelWeights load_model_arg(const ModelArgs& a);

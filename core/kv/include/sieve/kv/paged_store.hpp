@@ -1,5 +1,7 @@
 // The core's paged KV stores, exposed only through the ABI's KV-store table.
 #pragma once
+#include <string>
+
 #include "sieve/kv_store.h"
 
 namespace sieve::kv {
@@ -9,4 +11,9 @@ namespace sieve::kv {
 const sieve_kv_store_api* paged_cpu_store_api();
 // Paged store on a CUDA device; nullptr in a build without CUDA.
 const sieve_kv_store_api* paged_cuda_store_api();
+// The core's store "paged" as hosts choose it (ABI 1.1 table: descriptor, empty parameter schema,
+// validate): its create dispatches on the config's device to the CPU or the CUDA store above.
+const sieve_kv_store_api* paged_store_api();
+// Why the core stores cannot be made for `config` ("" when they can); never touches a device.
+std::string paged_config_problem(const sieve_kv_config& config);
 }  // namespace sieve::kv

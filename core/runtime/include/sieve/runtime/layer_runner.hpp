@@ -25,6 +25,7 @@
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/host_timers.hpp"
+#include "sieve/util/grow_buffer.hpp"
 
 namespace sieve::runtime {
 
@@ -104,12 +105,16 @@ class LayerRunner {
   uint64_t buffer_allocations() const { return buffer_allocations_; }
 
  private:
-  struct Buffer {  // device (or host) memory from the services table
-    void* ptr = nullptr;
-    size_t bytes = 0;
-  };
-  void ensure(Buffer& b, size_t bytes);
-  void release(Buffer& b);
+  void ensure(util::GrowBuffer& b, size_t bytes);
+  // The steps of run_layer, in order (each returns the status and sets *error on failure).
+  struct LayerStep;
+  sieve_status append_new(const LayerInputs& in, LayerStep& step, std::string* error);
+  sieve_status view_layer(const LayerInputs& in, LayerStep& step, std::string* error);
+  sieve_status run_on_append(LayerStep& step, std::string* error);
+  sieve_status run_select(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error);
+  sieve_status run_attend(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error);
+  sieve_status run_correct(DLTensor* out, LayerStep& step, std::string* error);
+  sieve_status record_selection(const LayerStep& step, std::string* error);
   std::string where(int32_t instance, int32_t layer, const char* hook) const;
   sieve_status plugin_failed(int32_t instance, int32_t layer, const char* hook, sieve_status st,
                              std::string* error) const;
@@ -133,7 +138,7 @@ class LayerRunner {
   std::vector<uint32_t> hooks_;         // sieve_hook_bits each instance uses (policy_hooks.hpp)
   Options options_;
 
-  Buffer sel_indptr_, sel_indices_, lse_, page_mass_;
+  util::GrowBuffer sel_indptr_, sel_indices_, lse_, page_mass_;  // services memory
   std::vector<std::vector<int32_t>> served_;  // per instance: layers since the last end_step
   std::vector<SelectionSnapshot> snapshots_;
   std::vector<int32_t> kv_len_;
