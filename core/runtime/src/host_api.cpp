@@ -244,10 +244,6 @@ sieve_status sieve_runtime_plugin_info(sieve_runtime* rt, uint32_t index, sieve_
         full.kv_store_params_stride = param_stride(store->api->params, store->api->n_params);
       }
     }
-    if (!p.tools().empty()) {  // checked at load: one stride, each entry well formed
-      full.tools = p.table->tools;
-      full.n_tools = p.table->n_tools;
-    }
     // Only what the caller's struct holds; its header keeps the caller's size.
     const size_t n = std::min<size_t>(info->hdr.struct_size, sizeof full);
     const sieve_header keep = info->hdr;
