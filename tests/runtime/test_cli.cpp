@@ -93,7 +93,7 @@ TEST_F(Cli, PluginsListsTheStoresTheSameWayInBothForms) {
 TEST_F(Cli, AnUnknownOrBadStoreIsOneLineAndAFailure) {
   CliRun r = sieve_cli("attn --chain 'streaming(window=64)' --context 256 --kv-store pagd");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.out, "sieve attn: kv store, col 1: unknown KV store 'pagd' (did you mean 'paged'?); available: paged\n");
+  EXPECT_EQ(r.out, "sieve attn: kv store, col 1: unknown KV store 'pagd' (did you mean 'paged'?); available: paged, engine_pool\n");
   r = sieve_cli("attn --chain 'streaming(window=64)' --context 256 --kv-store 'paged(pool=2)'");
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("KV store 'paged': unknown parameter 'pool'"));

@@ -567,14 +567,15 @@ TEST(HostApi11, AOneDotZeroHostStillCreatesSessions) {
   EXPECT_STREQ(sieve_session_kv_store_name(s.s), "paged");
 }
 
-TEST(HostApi11, PluginInfoListsTheBuiltInStoreAfterThePlugins) {
+TEST(HostApi11, PluginInfoListsTheBuiltInStoresAfterThePlugins) {
   Runtime r;
   ASSERT_EQ(sieve_runtime_add_plugin_dir(r.rt, SIEVE_PLUGIN_DIR), SIEVE_OK);
   uint32_t n = 0;
   ASSERT_EQ(sieve_runtime_plugin_count(r.rt, &n), SIEVE_OK);
-  ASSERT_GE(n, 1u);
+  ASSERT_GE(n, 2u);
+  // The built-in stores come last, in registration order: "paged", then "engine_pool".
   auto info = with_header<sieve_plugin_info>();
-  ASSERT_EQ(sieve_runtime_plugin_info(r.rt, n - 1, &info), SIEVE_OK);
+  ASSERT_EQ(sieve_runtime_plugin_info(r.rt, n - 2, &info), SIEVE_OK);
   EXPECT_STREQ(info.name, "paged");
   EXPECT_STREQ(info.path, "built-in");
   EXPECT_EQ(info.builtin, 1u);
@@ -583,7 +584,14 @@ TEST(HostApi11, PluginInfoListsTheBuiltInStoreAfterThePlugins) {
   EXPECT_EQ(info.kv_store_descriptor->features,
             uint32_t(SIEVE_KV_FEATURE_SIDECARS | SIEVE_KV_FEATURE_EVICTION | SIEVE_KV_FEATURE_PRE_ROPE_K));
   EXPECT_EQ(info.n_kv_store_params, 0u);
-  for (uint32_t i = 0; i + 1 < n; ++i) {
+  auto pool = with_header<sieve_plugin_info>();
+  ASSERT_EQ(sieve_runtime_plugin_info(r.rt, n - 1, &pool), SIEVE_OK);
+  EXPECT_STREQ(pool.name, "engine_pool");
+  EXPECT_EQ(pool.builtin, 1u);
+  ASSERT_NE(pool.kv_store_descriptor, nullptr);
+  EXPECT_NE(pool.kv_store_descriptor->features & SIEVE_KV_FEATURE_ENGINE_PAGES, 0u);
+  EXPECT_GE(pool.n_kv_store_params, 1u);  // layout
+  for (uint32_t i = 0; i + 2 < n; ++i) {
     auto p = with_header<sieve_plugin_info>();
     ASSERT_EQ(sieve_runtime_plugin_info(r.rt, i, &p), SIEVE_OK);
     EXPECT_EQ(p.builtin, 0u) << p.name;
@@ -592,7 +600,7 @@ TEST(HostApi11, PluginInfoListsTheBuiltInStoreAfterThePlugins) {
   auto old = with_header<sieve_plugin_info>();
   std::memset(&old, 0xAB, sizeof old);
   old.hdr.struct_size = uint32_t(offsetof(sieve_plugin_info, kv_store_descriptor));
-  ASSERT_EQ(sieve_runtime_plugin_info(r.rt, n - 1, &old), SIEVE_OK);
+  ASSERT_EQ(sieve_runtime_plugin_info(r.rt, n - 2, &old), SIEVE_OK);
   EXPECT_STREQ(old.name, "paged");
   const unsigned char* tail = reinterpret_cast<const unsigned char*>(&old) + offsetof(sieve_plugin_info, kv_store_descriptor);
   for (size_t i = 0; i < sizeof old - offsetof(sieve_plugin_info, kv_store_descriptor); ++i) ASSERT_EQ(tail[i], 0xAB) << i;

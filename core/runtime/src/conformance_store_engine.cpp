@@ -145,6 +145,7 @@ sieve_status EnginePool::bind(const sieve_kv_store_api* api, sieve_kv_store* sto
   p.last_page_len = make_view(l.last->data(), shape_.device, kI32, 1, last_shape_);
   p.indptr_host = l.indptr_h.data();
   p.last_page_len_host = l.last_h.data();
+  p.indices_host = l.indices_h.data();
   p.new_tokens_written = 0;  // the store writes appended tokens into the pages the table names
   return api->bind_pages(store, &p);
 }
