@@ -49,15 +49,22 @@ TEST(InstanceHooks, AnInstanceThatDoesNotAttendIsNoAttender) {
     EXPECT_THAT(run(reg, phase, "*=hooks_v1_0>hooks_v1_0@b"),
                 HasSubstr("more than one policy implements attend (hooks_v1_0, hooks_v1_0@b)"));
     // The same table with instance_hooks: the first instance only selects, the second attends.
+    // The empty chain: the core kernel, dense, on the same workload.
+    SyntheticReport dense;
+    std::string error;
+    ASSERT_TRUE(run_synthetic(session(phase), ChainSpec{}, reg, &dense, &error)) << error;
     SyntheticReport r;
     EXPECT_EQ(run(reg, phase, "*=hooks>hooks@b(attend=true)", &r), "");
-    // hooks@b's attend is the core kernel on the (dense) selection: dense attention.
-    EXPECT_LT(r.rel_err, 1e-5);
+    // hooks@b's attend is the core kernel on the (dense) selection: the same arithmetic as the
+    // empty chain, so the same output and the same error against the f64 reference, exactly.
+    EXPECT_EQ(r.rel_err, dense.rel_err);
     EXPECT_EQ(r.non_finite, 0);
-    // With no attender, the runner compares with the core kernel's result again.
+    // With no attender, the runner compares with the core kernel's result again: the same kernel
+    // on the same dense selection as the empty chain.
     EXPECT_EQ(run(reg, phase, "*=hooks>hooks@b", &r), "");
-    EXPECT_LT(r.kernel_rel_err, 1e-5);
     EXPECT_GE(r.kernel_rel_err, 0.0) << "an instance without attend does not rewrite the output";
+    EXPECT_EQ(r.kernel_rel_err, dense.kernel_rel_err);
+    EXPECT_EQ(r.rel_err, dense.rel_err);
   }
 }
 
