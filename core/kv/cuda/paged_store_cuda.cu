@@ -46,6 +46,7 @@
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/kv/paged_store_api.hpp"
 #include "sieve/util/error.hpp"
+#include "sieve/util/storage_cuda.cuh"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::kv {
@@ -62,24 +63,6 @@ void check_cuda(cudaError_t e, const char* what) {
 }
 
 // ---- the scatter kernel ------------------------------------------------------------------------
-
-template <class T>
-__device__ inline float to_f32(T v);
-template <>
-__device__ inline float to_f32<float>(float v) { return v; }
-template <>
-__device__ inline float to_f32<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ inline float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <class T>
-__device__ inline T from_f32(float v);
-template <>
-__device__ inline float from_f32<float>(float v) { return v; }
-template <>
-__device__ inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // Same dtype: copy the bits (NaN payloads included), as the CPU store's memcpy does.
 template <class S, class D>
@@ -151,19 +134,14 @@ cudaError_t launch_scatter(const SlotList& slots, int32_t hkv, int32_t page_size
   return cudaGetLastError();
 }
 
-template <class D>
-cudaError_t scatter_to(DLDataType src_dt, const SlotList& slots, int32_t hkv, int32_t page_size, int32_t head_dim,
-                       const ScatterSources& src, cudaStream_t stream) {
-  if (same_dtype(src_dt, kF32)) return launch_scatter<float, D>(slots, hkv, page_size, head_dim, src, stream);
-  if (same_dtype(src_dt, kF16)) return launch_scatter<__half, D>(slots, hkv, page_size, head_dim, src, stream);
-  return launch_scatter<__nv_bfloat16, D>(slots, hkv, page_size, head_dim, src, stream);
-}
-
 cudaError_t scatter(DLDataType src_dt, DLDataType dst_dt, const SlotList& slots, int32_t hkv, int32_t page_size,
                     int32_t head_dim, const ScatterSources& src, cudaStream_t stream) {
-  if (same_dtype(dst_dt, kF32)) return scatter_to<float>(src_dt, slots, hkv, page_size, head_dim, src, stream);
-  if (same_dtype(dst_dt, kF16)) return scatter_to<__half>(src_dt, slots, hkv, page_size, head_dim, src, stream);
-  return scatter_to<__nv_bfloat16>(src_dt, slots, hkv, page_size, head_dim, src, stream);
+  return dispatch_cuda_storage(require_storage(src_dt, "append: the new tokens"), [&](auto s) {
+    return dispatch_cuda_storage(require_storage(dst_dt, "the store's pages"), [&](auto d) {
+      return launch_scatter<typename decltype(s)::type, typename decltype(d)::type>(slots, hkv, page_size, head_dim,
+                                                                                 src, stream);
+    });
+  });
 }
 
 // ---- the view's indices -----------------------------------------------------------------------

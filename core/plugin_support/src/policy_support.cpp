@@ -7,6 +7,7 @@
 #include <new>
 
 #include "sieve/plugin/policy_api.hpp"
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
@@ -220,13 +221,10 @@ void check_geometry(const sieve_policy_descriptor& d, const sieve_geometry& g, R
     r.invalid("geometry n_q_heads = ", g.n_q_heads, " is not a multiple of n_kv_heads = ",
               g.n_kv_heads);
 
-  uint32_t dtype_bit = 0;
-  if (same_dtype(g.kv_dtype, kF32)) dtype_bit = SIEVE_DTYPE_F32;
-  else if (same_dtype(g.kv_dtype, kF16)) dtype_bit = SIEVE_DTYPE_F16;
-  else if (same_dtype(g.kv_dtype, kBF16)) dtype_bit = SIEVE_DTYPE_BF16;
-  if (!dtype_bit)
+  const uint32_t kv_bit = dtype_bit(g.kv_dtype);
+  if (!kv_bit)
     r.invalid("KV dtype ", dtype_name(g.kv_dtype), " is not a storage dtype (f32, f16, bf16)");
-  else if (!(d.dtypes & dtype_bit))
+  else if (!(d.dtypes & kv_bit))
     r.unsupported("KV dtype ", dtype_name(g.kv_dtype), " is not supported by ", d.name);
 
   uint32_t device_bit = 0;

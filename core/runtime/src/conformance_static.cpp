@@ -12,6 +12,7 @@
 #include "child_process.hpp"
 #include "sieve/runtime/conformance.hpp"
 #include "sieve/util/abi_v1_0.hpp"
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/runtime/params.hpp"
 
 namespace sieve::runtime {
@@ -235,10 +236,6 @@ struct Reasons {
             }};
   }
 };
-
-uint32_t dtype_bit(DLDataType t) {
-  return t.code == kDLBfloat ? SIEVE_DTYPE_BF16 : t.bits == 16 ? SIEVE_DTYPE_F16 : SIEVE_DTYPE_F32;
-}
 
 std::string geometry_text(const sieve_geometry& g) {
   const uint32_t bit = dtype_bit(g.kv_dtype);

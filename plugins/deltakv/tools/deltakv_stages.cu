@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
     a.k = dk_;
     a.v = dv;
     a.page_capacity = pages;
-    a.kv_dt = a.q_dt = a.out_dt = bf16 ? dk::kCudaBF16 : dk::kCudaF16;
+    a.kv_dt = a.q_dt = a.out_dt = bf16 ? sieve::Storage::bf16 : sieve::Storage::f16;
     a.q = dq;
     a.out = dout;
     a.batch = 1;

@@ -529,14 +529,6 @@ class DpxaPolicy final : public sp::PolicyBase {
   }
 
 #if SIEVE_WITH_CUDA
-  static int32_t dtype_code(DLDataType t, const char* what) {
-    if (sieve::same_dtype(t, sieve::kF32)) return 0;
-    if (sieve::same_dtype(t, sieve::kF16)) return 1;
-    if (sieve::same_dtype(t, sieve::kBF16)) return 2;
-    sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " has dtype ", sieve::dtype_name(t),
-             ", not f32/f16/bf16");
-  }
-
   // One launch sequence per sequence of the batch (scratch is sized for one sequence).
   void select_cuda(const sieve_layer_call& call, const sieve_paged_kv& view,
                    sieve_selection& selection, int32_t) {
@@ -571,8 +563,8 @@ class DpxaPolicy final : public sp::PolicyBase {
     a.rows_per_kv_head = per_kv_head_;
     for (int32_t h = 0; h < g.n_q_heads; ++h) a.tau[h] = thresholds_.at(call.layer, h, tau_);
     a.q = sieve::data_ptr<const void>(*call.q);
-    a.q_dtype = dtype_code(call.q->dtype, "q");
-    a.kv_dtype = dtype_code(view.k_pages.dtype, "k_pages");
+    a.q_dtype = sieve::require_storage(call.q->dtype, "q");
+    a.kv_dtype = sieve::require_storage(view.k_pages.dtype, "k_pages");
     a.k_pages = sieve::data_ptr<const void>(view.k_pages);
     a.q_anchors = q_anchors_d_.get<uint8_t>();
     a.q_counts = q_counts_d_.get<int32_t>();
@@ -634,7 +626,7 @@ class DpxaPolicy final : public sp::PolicyBase {
                         t->device.device_id != dev.device_id || !sieve::is_contiguous(*t)))
         e = std::string(what) + " must be a contiguous tensor on " + sieve::device_name(dev);
       if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
-      return dtype_code(t->dtype, what);
+      return sieve::require_storage(t->dtype, what);
     };
     const int32_t d = g.head_dim;
     sd::DeltaxLaunch a{};

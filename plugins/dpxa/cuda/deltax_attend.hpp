@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "sieve/util/dtype_dispatch.hpp"
+
 namespace sieve::dpxa {
 
 struct DeltaxLaunch {
@@ -11,15 +13,15 @@ struct DeltaxLaunch {
   bool rows_per_kv_head;
   float scale;                // 1/sqrt(d)
   const void* q;              // call.q [n_q_tokens, hq, d]
-  int32_t q_dtype;            // 0 f32, 1 f16, 2 bf16 (also kv_dtype, out_dtype)
+  Storage q_dtype;
   int64_t q_token0;           // this sequence's first row of q / out
   int64_t n_new, kv_len;
   const void* k_pages;        // [capacity, hkv, page_size, d]
   const void* v_pages;
-  int32_t kv_dtype;
+  Storage kv_dtype;
   const int32_t* pages;       // device: this sequence's physical page ids
   void* out;                  // [n_q_tokens, hq, d]
-  int32_t out_dtype;
+  Storage out_dtype;
   int32_t QB, KB;             // query blocks, key blocks of the sequence
   int64_t sel_row0;           // selection row of (query block 0, head row 0)
   const int32_t* sel_indptr;  // the selection (device CSR)

@@ -522,13 +522,6 @@ class SeerPolicy final : public sp::PolicyBase {
 };
 
 #if SIEVE_WITH_CUDA
-sg::Elem elem_of(DLDataType t, const char* what) {
-  if (sieve::same_dtype(t, sieve::kF32)) return sg::Elem::kF32;
-  if (sieve::same_dtype(t, sieve::kF16)) return sg::Elem::kF16;
-  if (sieve::same_dtype(t, sieve::kBF16)) return sg::Elem::kBF16;
-  sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " has dtype ", sieve::dtype_name(t), "; f32, f16 or bf16 expected");
-}
-
 const int32_t* device_ints(const DLTensor& t, const char* what, int64_t n, DLDevice dev) {
   if (!t.data || !sieve::same_dtype(t.dtype, sieve::kI32) || t.ndim != 1 || t.shape[0] < n || !sieve::is_contiguous(t) ||
       t.device.device_type != dev.device_type || t.device.device_id != dev.device_id)
@@ -579,7 +572,7 @@ void SeerPolicy::cuda_fill_cache(const sieve_layer_call& call, const DLTensor& s
   sg::FillCacheLaunch a{};
   a.c = cuda_common(call, side);
   a.k_pre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
-  a.k_elem = elem_of(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
+  a.k_elem = sieve::require_storage(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
   a.wk = d_wk_.get<const float>() + int64_t(call.layer) * geometry().n_kv_heads * weights_.shape.wk_head_elems();
   a.max_complete = 0;
   for (int32_t b = 0; b < call.batch; ++b) a.max_complete = std::max(a.max_complete, int32_t(call.kv_len_host[b] / block_));
@@ -595,7 +588,7 @@ void SeerPolicy::cuda_select(const sieve_layer_call& call, sieve_selection& sele
   sg::GateScoresLaunch a{};
   a.c = cuda_common(call, side);
   a.q_pre = sieve::data_ptr<const void>(q);
-  a.q_elem = elem_of(q.dtype, "q_pre_rope");
+  a.q_elem = sieve::require_storage(q.dtype, "q_pre_rope");
   a.wq = d_wq_.get<const float>() + int64_t(call.layer) * g.n_kv_heads * weights_.shape.wq_head_elems();
   a.block_indptr = d_block_indptr_.get<int32_t>();
   a.scores = d_scores_.get<float>();
@@ -612,7 +605,7 @@ void SeerPolicy::cuda_select(const sieve_layer_call& call, sieve_selection& sele
     a.fold_offsets = true;
     a.catch_up = true;
     a.k_pre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
-    a.k_elem = elem_of(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
+    a.k_elem = sieve::require_storage(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
     a.wk = d_wk_.get<const float>() + int64_t(call.layer) * g.n_kv_heads * weights_.shape.wk_head_elems();
   }
   auto* indptr = sieve::data_ptr<int32_t>(selection.indptr);

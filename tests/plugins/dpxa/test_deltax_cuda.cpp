@@ -114,7 +114,7 @@ TEST_F(DeltaXCuda, PackingKeepMasksEqualTheCpu) {
       ASSERT_EQ(cudaMemset(keep.p, 7, keep.bytes), cudaSuccess);  // neither 0 nor 1
       sieve::packing::BlockPackLaunch l{};
       l.k_pages = k.p;
-      l.kv_dtype = sieve::same_dtype(c.dtype, sieve::kF32) ? 0 : sieve::same_dtype(c.dtype, sieve::kF16) ? 1 : 2;
+      l.kv_dtype = sieve::require_storage(c.dtype, "the scenario's keys");
       l.pages = static_cast<const int32_t*>(pages.p) + sc.w.kv_indptr.data<int32_t>()[b];
       l.hkv = hkv;
       l.d = c.d;

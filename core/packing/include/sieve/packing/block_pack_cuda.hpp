@@ -9,11 +9,13 @@
 #pragma once
 #include <cstdint>
 
+#include "sieve/util/dtype_dispatch.hpp"
+
 namespace sieve::packing {
 
 struct BlockPackLaunch {
   const void* k_pages;   // [capacity, hkv, page_size, d]
-  int32_t kv_dtype;      // 0 f32, 1 f16, 2 bf16
+  Storage kv_dtype;
   const int32_t* pages;  // device: the sequence's physical page ids, in order
   int32_t hkv, d, page_size;
   int64_t n;             // keys of the sequence
