@@ -42,6 +42,7 @@
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/reference/attention_ref.hpp"
+#include "sieve/reference/cosine.hpp"
 #include "sieve/reference/long_context.hpp"
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/util/error.hpp"
@@ -81,12 +82,6 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b) {
   }
   if (saa == 0 || sbb == 0) return saa == sbb ? 1.0 : 0.0;  // a constant row ranks nothing
   return sab / std::sqrt(saa * sbb);
-}
-
-double cosine(const float* a, const float* b, int32_t d) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int32_t i = 0; i < d; ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
-  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
 }
 
 struct Summary {
@@ -159,7 +154,7 @@ void compare(const LayerRows& dense, const LayerRows& run, int32_t hd, Summary* 
   std::vector<double> c, s;
   const size_t rows = dense.probs.size();
   for (size_t r = 0; r < rows; ++r) {
-    c.push_back(cosine(run.out.data() + r * size_t(hd), dense.out.data() + r * size_t(hd), hd));
+    c.push_back(reference::cosine(run.out.data() + r * size_t(hd), dense.out.data() + r * size_t(hd), hd));
     if (spear && r < run.probs.size() && !run.probs[r].empty()) s.push_back(spearman(run.probs[r], dense.probs[r]));
   }
   *cos = summarize(c);
