@@ -6,7 +6,7 @@
 // Calibration data: a model's dense prefill of the prompts (after every layer the engine's probe
 // hands over the layer's queries and cache), or synthetic long contexts from
 // reference::make_long_context (--synthetic). For every (layer, q head) and query block the
-// estimator's tile scores (plugins/dpxa/core, the plugin's own arithmetic) and the exact tile
+// estimator's tile scores (plugins/dpxa/math, the plugin's own arithmetic) and the exact tile
 // masses (f64 softmax, averaged over the block's queries) are kept; τ is the smallest value whose
 // greedy cover reaches a mean recall r of the exact mass (bisection: recall grows with τ).
 // Output: a thresholds file (`layer head tau` lines, comments with the recall and density
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "calibrate.hpp"
-#include "core/dpxa_core.hpp"
+#include "math/dpxa_math.hpp"
 #include "model_args.hpp"
 #include "error_line.hpp"
 #include "parse_options.hpp"

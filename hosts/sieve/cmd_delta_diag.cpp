@@ -309,7 +309,7 @@ std::vector<ChainResult> run_synthetic(const SynthSetup& s, const std::string& s
   ls.n_tokens = s.n;
   const reference::LongContext lc = reference::make_long_context(ls);
 
-  // Rows compared: [s_p − last, s_p) (the rule of delta_rows.hpp), and the last `last` rows.
+  // Rows compared: [s_p − last, s_p) (the rule of correction_rows.hpp), and the last `last` rows.
   const int64_t s_p = std::max<int64_t>(0, s.n - (s.n % s.gamma + std::max(s.tail, s.gamma)));
   const int32_t probe0 = int32_t(std::max<int64_t>(0, s_p - s.last));
   std::vector<int32_t> probe, tail_rows;

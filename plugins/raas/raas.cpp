@@ -56,7 +56,7 @@
 #include <sieve/selection/page_bounds_call.hpp>
 #include <sieve/selection/top_k_cuda.hpp>
 
-#include "raas_cuda.hpp"
+#include "cuda/raas_cuda.hpp"
 #endif
 
 namespace {

@@ -2,7 +2,7 @@
 //   delta_scores (grid: page chunks x sequences): copy the Δ-layer's page statistics into the
 //     plugin's scratch, forcing +inf on the page where a straddling recency window begins, so that
 //     core/selection's batched top-k with a uniform tail of ceil(L/P) pages and k = K/P - ceil(L/P)
-//     keeps exactly the pages of the CPU path's per-row plan (delta_rows.hpp): the window's pages
+//     keeps exactly the pages of the CPU path's per-row plan (delta_page_plan.hpp): the window's pages
 //     plus the best budget_pages - window earlier pages (the +inf page is picked first).
 //   top-k: core/selection's launch_top_k_cuda on the same stream, into the stored selection.
 //   copy_selection: the stored CSR into the chain's selection at sparse layers, one launch on the
@@ -14,7 +14,7 @@
 #include <sieve/selection/top_k_cuda.hpp>
 
 #include "cuda/delta_select.hpp"
-#include "delta_rows.hpp"
+#include "delta_page_plan.hpp"
 
 namespace sieve::delta {
 namespace {

@@ -1,6 +1,6 @@
 // CUDA half of delta_correction: builds the dense-row list on the device from qo_indptr, saves
 // O*(anchor) before the core kernel's dense call overwrites those rows, then forms Δ and adds it
-// to the rows each anchor corrects (delta_rows.hpp gives the rule, shared with the CPU path).
+// to the rows each anchor corrects (correction_rows.hpp gives the rule, shared with the CPU path).
 // f32 arithmetic whatever the output's dtype.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -9,7 +9,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "cuda/delta_apply.hpp"
-#include "delta_rows.hpp"
+#include "correction_rows.hpp"
 #include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::delta_correction {
@@ -89,7 +89,7 @@ __device__ __forceinline__ int64_t resident(const TiledLaunch& t, int32_t b) {
 }
 
 // One block: per sequence (in order) the anchor and tail token lists, the compacted offsets, and
-// the CSR indptr of both selections (row counts in closed form, delta_rows.hpp; a block scan per
+// the CSR indptr of both selections (row counts in closed form, correction_rows.hpp; a block scan per
 // chunk of rows). Running totals are identical in every thread (the scans broadcast totals).
 __global__ void __launch_bounds__(kThreads) tiled_setup_kernel(TiledLaunch t) {
   using Scan = cub::BlockScan<int32_t, kThreads>;

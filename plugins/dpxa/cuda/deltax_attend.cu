@@ -14,7 +14,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "core/dpxa_tiles.hpp"
+#include "math/dpxa_tiles.hpp"
 #include "cuda/deltax_attend.hpp"
 #include "sieve/util/storage_cuda.cuh"
 

@@ -27,7 +27,7 @@
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
-#include "core/dpxa_tiles.hpp"
+#include "math/dpxa_tiles.hpp"
 #include "cuda/dpxa_select.hpp"
 #include "sieve/util/storage_cuda.cuh"
 

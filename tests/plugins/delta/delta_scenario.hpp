@@ -1,6 +1,6 @@
 // Shared by the delta plugin's CPU and CUDA tests: a multi-layer ragged decode batch in a
 // FakePagedKv, the plugin's parameter values, and the naive reference selection (written from the
-// paper's definition, independently of delta_rows.hpp and core/selection).
+// paper's definition, independently of delta_page_plan.hpp and core/selection).
 #pragma once
 #include <gtest/gtest.h>
 #include <sieve/sieve.h>

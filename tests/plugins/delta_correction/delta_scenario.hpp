@@ -104,7 +104,7 @@ struct DeltaScenario {
     return workload_call(w, geometry, phase, 0, &seq_ids);
   }
 
-  // The rule, row by row, in f64 from O* and the dense reference (independent of delta_rows.hpp).
+  // The rule, row by row, in f64 from O* and the dense reference (independent of correction_rows.hpp).
   std::vector<double> expected(const DeltaRule& r) const {
     const int64_t E = int64_t(w.spec.n_q_heads) * w.spec.head_dim;
     std::vector<double> e = o_star;

@@ -14,7 +14,7 @@
 #include <numeric>
 
 #include "common/attention_tolerance.hpp"
-#include "core/dpxa_tiles.hpp"
+#include "math/dpxa_tiles.hpp"
 #include "dpxa_scenario.hpp"
 #include "sieve/packing/pack_cpu.hpp"
 #include "sieve/runtime/conformance.hpp"

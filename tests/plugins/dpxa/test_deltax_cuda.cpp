@@ -19,7 +19,7 @@
 #include <cmath>
 #include <memory>
 
-#include "core/dpxa_tiles.hpp"
+#include "math/dpxa_tiles.hpp"
 #include "dpxa_device_call.hpp"
 #include "dpxa_scenario.hpp"
 #include "sieve/packing/block_pack_cuda.hpp"

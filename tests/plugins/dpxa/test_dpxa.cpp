@@ -11,7 +11,7 @@
 #include <fstream>
 #include <set>
 
-#include "core/dpxa_core.hpp"
+#include "math/dpxa_math.hpp"
 #include "dpxa_scenario.hpp"
 #include "mocks/mock_host_services.hpp"
 #include "sieve/runtime/conformance.hpp"

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
-#include "core/dpxa_tiles.hpp"
+#include "math/dpxa_tiles.hpp"
 
 #include "dpxa_device_call.hpp"
 #include "dpxa_scenario.hpp"

@@ -4,7 +4,7 @@
 // Method (prefill `correct` hook, after whatever sparse prefill the chain ran, output O*): for a
 // sequence with s query rows, rows 0, γ, 2γ, ... < s_p (anchors) and every row of the tail
 // [s_p, s) are recomputed with DENSE attention by the core kernel (query-row-sparse: q_rows,
-// selection NULL), s_p = s − (s mod γ + max(tail, γ)) (delta_rows.hpp). Then
+// selection NULL), s_p = s − (s mod γ + max(tail, γ)) (correction_rows.hpp). Then
 //   mode=delta:     Δ_a = O_dense(a) − O*(a) for each anchor a; every row j in [a, a+γ) becomes
 //                   O*(j) + Δ_a (optionally blended linearly towards the next anchor's Δ with
 //                   `interpolate`); tail rows are the dense rows;
@@ -40,7 +40,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "delta_rows.hpp"
+#include "correction_rows.hpp"
 #if SIEVE_WITH_CUDA
 #include "cuda/delta_apply.hpp"
 #endif

@@ -1,10 +1,10 @@
-// raas_cuda.hpp's kernels and the pinned stamp mirror.
+// cuda/raas_cuda.hpp's kernels and the pinned stamp mirror.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <utility>
 
-#include "raas_cuda.hpp"
+#include "cuda/raas_cuda.hpp"
 
 namespace sieve::raas {
 namespace {

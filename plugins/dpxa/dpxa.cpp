@@ -29,7 +29,7 @@
 // Hooks: select (prefill), attend. A hook's presence is fixed per plugin, not per instance, so
 // attend exists in both modes; mode=select hands the call to the host's core block-sparse kernel
 // with the arguments the layer runner would have used (the same kernel, the same result).
-// CPU: dpxa_core.cpp. CUDA: cuda/dpxa_select.cu (anchors, tile scores,
+// CPU: dpxa_math.cpp. CUDA: cuda/dpxa_select.cu (anchors, tile scores,
 // per-row greedy, CSR), all on the host's stream with scratch allocated in create. Both paths
 // share dpxa_tiles.hpp's arithmetic and produce the same selection, except that 16-bit Q/K are
 // scored on tensor cores (f32 sums in the tensor core's order), which can flip a tile whose share
@@ -48,7 +48,7 @@
 #include <string>
 #include <vector>
 
-#include "core/dpxa_core.hpp"
+#include "math/dpxa_math.hpp"
 #include "cpu/deltax.hpp"
 #if SIEVE_WITH_CUDA
 #include "cuda/deltax_attend.hpp"

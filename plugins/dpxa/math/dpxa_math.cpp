@@ -1,6 +1,6 @@
-// DPXA on the CPU (see dpxa_core.hpp). Compiled with -ffp-contract=off: the tile arithmetic must
+// DPXA on the CPU (see dpxa_math.hpp). Compiled with -ffp-contract=off: the tile arithmetic must
 // round exactly as the CUDA kernels do.
-#include "dpxa_core.hpp"
+#include "dpxa_math.hpp"
 
 #include <algorithm>
 #include <cmath>

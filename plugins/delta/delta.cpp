@@ -10,7 +10,7 @@
 // its own log-sum-exp (SIEVE_STATS_PAGE_MASS_ALL_HEADS; PER_KV_HEAD with per_kv_head=true, the max
 // then runs over one GQA group). observe() turns S_u into the selection: per sequence, the pages
 // holding the last `recent` tokens plus the best earlier pages by S_u, budget_pages =
-// token_budget / page_size pages in all (delta_rows.hpp gives the plan; the top-k is
+// token_budget / page_size pages in all (delta_page_plan.hpp gives the plan; the top-k is
 // core/selection's, deterministic ties). While a sequence fits in the budget every page is kept.
 // The selection lives in buffers the instance owns and is written into the chain's selection at
 // each following sparse layer. It is refreshed at every Δ-layer of every step and dropped at
@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "delta_rows.hpp"
+#include "delta_page_plan.hpp"
 #if SIEVE_WITH_CUDA
 #include "cuda/delta_select.hpp"
 #endif
