@@ -11,7 +11,7 @@
 #include "error_line.hpp"
 #include "model_args.hpp"
 #include "parse_options.hpp"
-#include "sieve/model/fidelity_eval.hpp"
+#include "sieve/model/model_chain.hpp"
 #include "sieve/model/generate.hpp"
 #include "sieve/util/error.hpp"
 

@@ -5,8 +5,10 @@
 
 #include <fstream>
 
+#include <sieve/runtime/descriptor_names.hpp>
 #include <sieve/runtime/loader.hpp>
 #include <sieve/runtime/registry.hpp>
+#include <sieve/util/status.hpp>
 
 #include "runtime_test_util.hpp"
 
@@ -281,8 +283,8 @@ TEST(Names, CapabilityBits) {
   EXPECT_EQ(device_names(SIEVE_DEVICE_CUDA), "cuda");
   EXPECT_EQ(dtype_names(SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16), "f16,bf16");
   EXPECT_EQ(needs_names(0), "-");
-  EXPECT_EQ(status_name(SIEVE_ERR_VERSION), "SIEVE_ERR_VERSION");
-  EXPECT_EQ(status_name(42), "status 42");
+  EXPECT_EQ(sieve::status_name(SIEVE_ERR_VERSION), "SIEVE_ERR_VERSION");
+  EXPECT_EQ(sieve::status_name(42), "status 42");
   EXPECT_TRUE(is_identifier("quest_2"));
   EXPECT_FALSE(is_identifier("Quest"));
   EXPECT_FALSE(is_identifier(""));

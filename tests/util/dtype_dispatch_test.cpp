@@ -68,7 +68,7 @@ TEST(DtypeDispatch, OtherDtypesGetOneErrorAndNoDispatch) {
       sieve::dispatch_storage<Tags>(t, "kv.k_pages", [&](auto) { ++calls; });
       ADD_FAILURE() << "no error";
     } catch (const sieve::Error& e) {
-      EXPECT_EQ(e.status, SIEVE_ERR_INVALID_ARGUMENT);
+      EXPECT_EQ(e.status(), SIEVE_ERR_INVALID_ARGUMENT);
       EXPECT_EQ(std::string(e.what()), sieve::unsupported_dtype_message("kv.k_pages", t));
       EXPECT_EQ(std::string(e.what()), "kv.k_pages has dtype " + sieve::dtype_name(t) + "; f32, f16 or bf16 expected");
     }
@@ -84,7 +84,7 @@ TEST(DtypeDispatch, AStorageCastFromABadIntegerIsRefused) {
     sieve::dispatch_storage<Tags>(static_cast<Storage>(7), [&](auto) { ++calls; });
     ADD_FAILURE() << "no error";
   } catch (const sieve::Error& e) {
-    EXPECT_EQ(e.status, SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(e.status(), SIEVE_ERR_INVALID_ARGUMENT);
     EXPECT_THAT(e.what(), HasSubstr("7 is not a storage dtype"));
   }
   EXPECT_EQ(calls, 0);

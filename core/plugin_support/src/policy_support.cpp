@@ -15,21 +15,13 @@
 namespace sieve::plugin {
 
 // ---- errors ----------------------------------------------------------------------------------
-const char* status_name(sieve_status status) noexcept {
-  const char* name = known_status_name(status);
-  return name ? name : "SIEVE_ERR_(unknown)";
-}
-
 sieve_status current_exception_status(std::string& message) noexcept {
   try {
     try {
       throw;
-    } catch (const Error& e) {
+    } catch (const Error& e) {  // the plugin's own, or from an internal library (core/selection)
       message = e.what();
       return e.status() == SIEVE_OK ? SIEVE_ERR_INTERNAL : e.status();
-    } catch (const sieve::Error& e) {  // from sieve_util / internal libraries (core/selection)
-      message = e.what();
-      return e.status == SIEVE_OK ? SIEVE_ERR_INTERNAL : e.status;
     } catch (const std::bad_alloc&) {
       message = "out of host memory";
       return SIEVE_ERR_OUT_OF_MEMORY;

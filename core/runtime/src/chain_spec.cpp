@@ -10,10 +10,12 @@
 #include <set>
 #include <sstream>
 
+#include "sieve/runtime/descriptor_names.hpp"
 #include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/printable.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/file_input.hpp"
+#include "sieve/util/status.hpp"
 
 namespace sieve::runtime {
 

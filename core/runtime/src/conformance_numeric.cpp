@@ -12,8 +12,9 @@
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/params.hpp"
 #include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "sieve/workload/synthetic.hpp"
 #include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime {
