@@ -1,5 +1,8 @@
 // sieve_bench: the attention benchmark suite on its own (the GPU image has no Boost.program_options,
 // so no `sieve` CLI there). Its flags are below; --benchmark_* flags go to Google Benchmark.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -10,7 +13,7 @@
 namespace {
 
 const char kUsage[] =
-    "usage: sieve_bench [options] [--benchmark_* ...]\n"
+    "usage: sieve_bench [options] [--benchmark_* ...]   (--name VALUE or --name=VALUE)\n"
     "  --gpu-only / --cpu-only   run only the GPU (attend_cuda) or CPU (attend_cpu) cases\n"
     "  --quick                   a few small cases (a smoke run)\n"
     "  --filter=REGEX            only cases whose name matches\n"
@@ -20,19 +23,34 @@ const char kUsage[] =
     "  --json=PATH               write the merged report (cases, ceilings, SDPA, targets) as JSON\n"
     "  --policy ...              the policy-step benchmark instead (sieve_bench --policy --help)\n";
 
-bool value_of(const char* arg, const char* name, std::string* out) {
+// `--name=VALUE`, or `--name VALUE` (the next argument, consumed): how `sieve bench`, which
+// hands its arguments over unchanged, may have written it.
+bool value_of(int argc, char** argv, int* i, const char* name, std::string* out) {
+  const char* arg = argv[*i];
   const size_t n = std::strlen(name);
-  if (std::strncmp(arg, name, n) != 0 || arg[n] != '=') return false;
-  *out = arg + n + 1;
+  if (std::strncmp(arg, name, n) != 0) return false;
+  if (arg[n] == '=') {
+    *out = arg + n + 1;
+    return true;
+  }
+  if (arg[n] != '\0' || *i + 1 >= argc) return false;
+  *out = argv[++*i];
   return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Logs on stderr as the sieve CLI writes them: stdout carries the results.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("sieve_bench"));
+  spdlog::set_pattern("%^%l%$: %v");
+  // Named after argv[0]'s file name: "sieve_bench", or "sieve bench" when the CLI runs it.
+  const char* slash = std::strrchr(argv[0], '/');
+  const char* prog = slash ? slash + 1 : argv[0];
   for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--policy")) return sieve::bench::policy_main(argc, argv, 1, "sieve_bench");
+    if (!std::strcmp(argv[i], "--policy")) return sieve::bench::policy_main(argc, argv, 1, prog);
   sieve::bench::SuiteOptions o;
+  bool sdpa = false;
   for (int i = 0; i < argc; ++i) {
     if (i) o.command += ' ';
     o.command += argv[i];
@@ -49,16 +67,18 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(a, "--quick")) {
       o.quick = true;
     } else if (!std::strcmp(a, "--sdpa")) {
-      o.sdpa_script = sieve::bench::default_sdpa_script();
-    } else if (value_of(a, "--filter", &o.filter) || value_of(a, "--sdpa-script", &o.sdpa_script) ||
-               value_of(a, "--sdpa-json", &o.sdpa_json) || value_of(a, "--python", &o.python) ||
-               value_of(a, "--json", &o.json_out)) {
+      sdpa = true;
+    } else if (value_of(argc, argv, &i, "--filter", &o.filter) ||
+               value_of(argc, argv, &i, "--sdpa-script", &o.sdpa_script) ||
+               value_of(argc, argv, &i, "--sdpa-json", &o.sdpa_json) ||
+               value_of(argc, argv, &i, "--python", &o.python) || value_of(argc, argv, &i, "--json", &o.json_out)) {
     } else if (!std::strncmp(a, "--benchmark_", 12)) {
       o.benchmark_args.push_back(a);
     } else {
-      std::fprintf(stderr, "sieve_bench: unknown argument '%s'\n%s", a, kUsage);
+      std::fprintf(stderr, "%s: unknown argument '%s'\n%s", prog, a, kUsage);
       return 2;
     }
   }
+  if (sdpa && o.sdpa_script.empty()) o.sdpa_script = sieve::bench::default_sdpa_script();  // --sdpa-script wins
   return sieve::bench::run_suite(o);
 }

@@ -33,3 +33,19 @@ function(sieve_add_plugin)
     set_property(GLOBAL APPEND PROPERTY SIEVE_PLUGIN_TARGETS ${target})
   endif()
 endfunction()
+
+# sieve_plugin_tools(NAME name SOURCES ... [LIBS ...]): the plugin's command-line tools (ABI 1.1
+# sieve_tool; the policy class lists them in kTools under #ifdef SIEVE_PLUGIN_TOOLS). They link
+# sieve_cli (the model host, option parsing), found beside the plugin directory once installed.
+# Without Boost.program_options there is no sieve_cli: the plugin is built without its tools.
+function(sieve_plugin_tools)
+  cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS" ${ARGN})
+  if(NOT TARGET sieve_cli)
+    return()
+  endif()
+  set(target sieve_plugin_${T_NAME})
+  target_sources(${target} PRIVATE ${T_SOURCES})
+  target_compile_definitions(${target} PRIVATE SIEVE_PLUGIN_TOOLS=1)
+  target_link_libraries(${target} PRIVATE sieve_cli ${T_LIBS})
+  set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN/../..")
+endfunction()

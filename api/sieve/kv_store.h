@@ -101,6 +101,11 @@ typedef struct sieve_kv_pages {
    * the next append only updates Sieve's bookkeeping and sidecars. 0: append writes them into the
    * last slots of each sequence's pages as the page table names them. */
   int32_t new_tokens_written;
+  /* Host mirror of `indices` [nnz] (appended after the 1.1 design: the store checks every id,
+   * keeps each sequence's page list for evict and the release sink, and zeroes the sidecars of
+   * pages new to a sequence, all on the host, without a device round trip). Required when the
+   * pool is not on the CPU; NULL on the CPU means indices.data. */
+  const int32_t* indices_host;
 } sieve_kv_pages;
 
 /* A borrowed, read-only view of one layer's paged cache for the sequences of one call.

@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "../sieve/commands.hpp"
-#include "../sieve/error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 
 int main(int argc, char** argv) {
   spdlog::set_pattern("%^%l%$: %v");

@@ -12,9 +12,10 @@
 
 #include "attn_workload.hpp"
 #include "commands.hpp"
-#include "device_args.hpp"
-#include "error_line.hpp"
-#include "parse_options.hpp"
+#include "sieve/cli/device_args.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/parse_options.hpp"
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/registry.hpp"
 #include "sieve/workload/synthetic.hpp"
@@ -71,6 +72,8 @@ int cmd_attn(int argc, char** argv) {
       ("reps", po::value(&reps)->default_value(3), "repetitions of the dense kernel timed for the ratio")
       ("plugin-dir", po::value(&plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", "print JSON instead of a table");
+  std::string kv_store;
+  add_kv_store_option(opts, &kv_store);
   po::variables_map vm;
   if (const auto done = parse_options(kCmd, opts, argc, argv, &vm)) return *done;
   const bool json = vm.count("json") > 0;
@@ -129,6 +132,7 @@ int cmd_attn(int argc, char** argv) {
     bool ok = chain_file.empty() ? runtime::parse_chain_argument(text, &cs, &error)
                                  : runtime::load_chain_file(chain_file, &cs, &error);
     if (!ok) return report_error(kCmd, error, 1);
+    if (!runtime::apply_store_argument(kv_store, &cs, &error)) return report_error(kCmd, "--kv-store: " + error, 1);
     specs.push_back(std::move(cs));
   }
 

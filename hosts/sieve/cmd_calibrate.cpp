@@ -1,51 +1,32 @@
-// sieve calibrate <method> [options]: dispatch to a method's calibration study. Adding a method:
-// declare its function in calibrate.hpp, define it in calibrate_<method>.cpp, add one row below.
+// sieve calibrate <method> [options]: the `calibrate` tool of the plugin called <method> (ABI 1.1;
+// `sieve calibrate dpxa` is `sieve tool dpxa calibrate`). The bundled delta and dpxa ship one; a
+// third party's plugin that ships a `calibrate` tool is reached the same way.
+#include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <string>
+#include <vector>
 
-#include "calibrate.hpp"
 #include "commands.hpp"
-#include "error_line.hpp"
+#include "plugin_tools.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/runtime/registry.hpp"
 #include "sieve/util/printable.hpp"
 
 namespace sieve::cli {
 
-namespace {
-struct Method {
-  const char* name;
-  int (*run)(int, char**);
-  const char* summary;
-};
-const Method kMethods[] = {
-    {"delta", calibrate_delta,
-     "DELTA: per-layer shift of the attention between decode steps; suggests Δ-layers"},
-    {"dpxa", calibrate_dpxa, "dpxa: per-head tau so kept tiles cover a target share of the true mass"},
-};
-
-std::string method_names() {
-  std::string names;
-  for (const auto& m : kMethods) names += (names.empty() ? "" : ", ") + std::string(m.name);
-  return names;
-}
-
-void usage(std::FILE* f) {
-  std::fprintf(f, "usage: sieve calibrate <method> [options]   (sieve calibrate <method> --help)\n\n");
-  for (const auto& m : kMethods) std::fprintf(f, "  %-8s %s\n", m.name, m.summary);
-}
-}  // namespace
-
 int cmd_calibrate(int argc, char** argv) {
-  if (argc < 2) return report_error("sieve calibrate", "name a method: " + method_names(), 2);
-  const char* method = argv[1];
-  if (!std::strcmp(method, "--help") || !std::strcmp(method, "-h")) {
-    usage(stdout);
+  const runtime::Registry registry = runtime::Registry::discover({});
+  const std::vector<std::string> methods = plugins_with_tool(registry, "calibrate");
+  if (argc < 2) return report_error("sieve calibrate", "name a method: " + joined(methods), 2);
+  const std::string method = argv[1];
+  if (method == "--help" || method == "-h") {
+    std::printf("usage: sieve calibrate <method> [options]   (sieve calibrate <method> --help)\n\n");
+    for (const auto& m : methods) std::printf("  %-8s %s\n", m.c_str(), registry.find(m)->tool("calibrate")->summary);
     return 0;
   }
-  for (const auto& m : kMethods)
-    if (!std::strcmp(method, m.name)) return m.run(argc - 1, argv + 1);
-  return report_error("sieve calibrate",
-                      std::string("unknown method '") + printable(method) + "' (" + method_names() + ")", 2);
+  if (std::find(methods.begin(), methods.end(), method) == methods.end())
+    return report_error("sieve calibrate", "unknown method '" + printable(method) + "' (" + joined(methods) + ")", 2);
+  return run_plugin_tool(registry, "sieve calibrate " + method, method, "calibrate", argc - 1, argv + 1);
 }
 
 }  // namespace sieve::cli

@@ -11,10 +11,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sieve/runtime/conformance.hpp>
+#include <sieve/runtime/registry.hpp>
 #include <string>
 
 #include "commands.hpp"
-#include "error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 
 namespace sieve::cli {
 
@@ -22,10 +23,15 @@ namespace {
 
 const char* kUsage =
     "usage: sieve conform PLUGIN.so [options]\n"
+    "       sieve conform [--store NAME] [--plugin-dir DIR]... [options]\n"
     "\n"
-    "Run the ABI conformance checks on a plugin binary. Exit status: 0 every check passed or was\n"
+    "Run the ABI conformance checks on a plugin binary (and the KV-store suite on the store it\n"
+    "ships), or with no plugin file the KV-store suite on every store: the core's and every\n"
+    "discovered plugin's (--store: that one only). Exit status: 0 every check passed or was\n"
     "skipped, 1 a check failed, 2 bad usage. docs/conformance.md describes checks and --json.\n"
     "\n"
+    "  --store NAME             the KV-store suite on the store called NAME only\n"
+    "  --plugin-dir DIR         also look for store plugins in DIR (repeatable)\n"
     "  --json                   machine-readable report on stdout (schema sieve.conform/1)\n"
     "  --param NAME=VALUE       a plugin parameter for every check that creates the plugin\n"
     "                           (repeatable; replaces the descriptor's conform_params value of\n"
@@ -46,7 +52,8 @@ int usage_error(const std::string& message) {
 }  // namespace
 
 int cmd_conform(int argc, char** argv) {
-  std::string path, geometry_text;
+  std::string path, geometry_text, store_name;
+  runtime::DiscoveryOptions discovery;
   bool json = false;
   runtime::ConformOptions options;
   for (int i = 1; i < argc; ++i) {
@@ -80,6 +87,11 @@ int cmd_conform(int argc, char** argv) {
       std::string err;
       if (!runtime::parse_geometry_override(v, &options.geometry, &err)) return usage_error(err);
       geometry_text = v;
+    } else if (opt == "--store") {
+      if (!value(&store_name) || store_name.empty()) return usage_error("--store needs a store name");
+    } else if (opt == "--plugin-dir") {
+      if (!value(&v) || v.empty()) return usage_error("--plugin-dir needs a directory");
+      discovery.plugin_dirs.push_back(v);
     } else if (opt == "--timeout") {
       if (!value(&v)) return usage_error("--timeout needs a number of seconds");
       char* end = nullptr;
@@ -94,7 +106,8 @@ int cmd_conform(int argc, char** argv) {
       return usage_error("one plugin file at a time ('" + path + "' and '" + a + "')");
     }
   }
-  if (path.empty()) return usage_error("name a plugin file: sieve conform PLUGIN.so");
+  if (!path.empty() && (!store_name.empty() || !discovery.plugin_dirs.empty()))
+    return usage_error("a plugin file and --store / --plugin-dir do not go together");
   if (json) {
     // stdout carries the report alone: log lines (the runtime's, and the plugin's through the
     // host's log callback, in the checking children too) go to stderr.
@@ -102,7 +115,21 @@ int cmd_conform(int argc, char** argv) {
     spdlog::set_pattern("%^%l%$: %v");
   }
 
-  runtime::ConformReport report = runtime::conform(path, options);
+  runtime::ConformReport report;
+  runtime::Registry registry;  // keeps the plugins whose stores are checked loaded
+  if (!path.empty()) {
+    report = runtime::conform(path, options);
+  } else {
+    registry = runtime::Registry::discover(discovery);
+    std::vector<runtime::StoreUnderTest> stores = runtime::known_stores(registry);
+    if (!store_name.empty()) {
+      std::string names;
+      for (const auto& st : stores) names += (names.empty() ? "" : ", ") + st.name;
+      std::erase_if(stores, [&](const runtime::StoreUnderTest& st) { return st.name != store_name; });
+      if (stores.empty()) return usage_error("no KV store called '" + store_name + "' (known: " + names + ")");
+    }
+    for (const auto& st : stores) runtime::conform_store(st, options, &report);
+  }
 
   size_t passed = 0, failed = 0, skipped = 0;
   for (const auto& c : report.checks) (c.skipped ? skipped : c.passed ? passed : failed)++;
@@ -115,16 +142,23 @@ int cmd_conform(int argc, char** argv) {
                           {"counts", {{"pass", passed}, {"fail", failed}, {"skip", skipped}}},
                           {"options", {{"params", params}, {"geometry", geometry_text}}}};
     out["checks"] = nlohmann::json::array();
-    for (const auto& c : report.checks)
-      out["checks"].push_back({{"name", c.name},
-                               {"result", c.skipped ? "skip" : c.passed ? "pass" : "fail"},
-                               {"detail", c.detail}});
+    for (const auto& c : report.checks) {
+      nlohmann::json item = {{"name", c.name},
+                             {"result", c.skipped ? "skip" : c.passed ? "pass" : "fail"},
+                             {"detail", c.detail}};
+      if (!c.store.empty()) item["store"] = c.store;
+      out["checks"].push_back(item);
+    }
     std::cout << out.dump(2) << "\n";
   } else {
-    std::printf("conformance of %s\n", report.plugin_path.c_str());
-    for (const auto& c : report.checks)
+    std::printf("conformance of %s\n", path.empty() ? "the KV stores" : report.plugin_path.c_str());
+    std::string store;
+    for (const auto& c : report.checks) {
+      if (c.store != store && !c.store.empty()) std::printf(" KV store %s\n", c.store.c_str());
+      store = c.store;
       std::printf("  %s  %-38s %s\n", c.skipped ? "SKIP" : c.passed ? "PASS" : "FAIL",
                   c.name.c_str(), c.detail.c_str());
+    }
     std::printf("%s: %zu passed, %zu failed, %zu skipped\n", report.passed() ? "PASS" : "FAIL",
                 passed, failed, skipped);
   }

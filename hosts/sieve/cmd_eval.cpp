@@ -9,10 +9,10 @@
 #include <string>
 
 #include "commands.hpp"
-#include "error_line.hpp"
-#include "model_args.hpp"
-#include "parse_options.hpp"
-#include "prompts.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/parse_options.hpp"
+#include "sieve/cli/prompts.hpp"
 #include "sieve/model/fidelity_eval.hpp"
 #include "sieve/util/error.hpp"
 
@@ -59,6 +59,7 @@ int cmd_eval(int argc, char** argv) {
       ("kv-dtype", po::value(&ma.kv_dtype)->default_value("f32"), "KV storage: f32 | f16 | bf16")
       ("plugin-dir", po::value(&ma.plugin_dirs), "extra plugin directory (searched first; repeatable)")
       ("json", "print JSON instead of a table");
+  add_kv_store_option(opts, &ma.kv_store);
   po::variables_map vm;
   if (const auto done = parse_options("sieve eval", opts, argc, argv, &vm)) return *done;
   if (chain_text.empty()) {
@@ -75,7 +76,7 @@ int cmd_eval(int argc, char** argv) {
   }
   const bool json = vm.count("json") > 0;
   try {
-    const runtime::ChainSpec spec = model::parse_chain_argument(chain_text);
+    const runtime::ChainSpec spec = chain_arg(chain_text, ma.kv_store);
     runtime::Registry registry;
     if (!discover_plugins(ma, &registry, &error)) fail(SIEVE_ERR_NOT_FOUND, error);
     const model::ModelWeights w = load_model_arg(ma);

@@ -13,7 +13,7 @@
 #include <sieve/runtime/registry.hpp>
 
 #include "commands.hpp"
-#include "parse_options.hpp"
+#include "sieve/cli/parse_options.hpp"
 
 namespace po = boost::program_options;
 using namespace sieve::runtime;
@@ -79,6 +79,8 @@ nlohmann::json plugin_json(const LoadedPlugin& p) {
     j["params"] = schema_json(ParamSchema::of(*api));
   }
   if (const auto* kv = p.kv_store()) j["kv_store"] = kv->name;
+  j["tools"] = nlohmann::json::array();
+  for (const sieve_tool* t : p.tools()) j["tools"].push_back({{"name", t->name}, {"summary", t->summary}});
   return j;
 }
 
@@ -119,6 +121,49 @@ void print_plugin(const LoadedPlugin& p) {
     if (!p.descriptor()) std::printf("%s (KV store)\n  path       %s\n", p.name(), p.path.c_str());
     std::printf("  KV store   %s\n", kv->name);
   }
+  for (const sieve_tool* t : p.tools())  // ABI 1.1: `sieve tool <plugin> <name>`
+    std::printf("  tool       %-14s %s\n", t->name, t->summary);
+}
+
+// One KV store as both forms show it: the text lines are the JSON fields, in the same order.
+nlohmann::json store_json(const StoreEntry& e) {
+  const sieve_kv_store_descriptor& d = e.descriptor;
+  nlohmann::json j = {{"name", e.name},
+                      {"source", e.source},
+                      {"declared", e.declared},
+                      {"devices", d.devices ? device_names(d.devices) : "undeclared"},
+                      {"dtypes", d.dtypes ? dtype_names(d.dtypes) : "undeclared"},
+                      {"page_sizes", ints(d.page_sizes, d.page_sizes ? d.n_page_sizes : 0)},
+                      {"layouts", kv_layout_names(d.layouts)},
+                      {"features", kv_feature_names(d.features)},
+                      {"params", schema_json(e.params())}};
+  if (e.declared) {
+    j["vendor"] = d.vendor ? d.vendor : "";
+    j["version"] = std::to_string(d.version_major) + "." + std::to_string(d.version_minor) + "." +
+                   std::to_string(d.version_patch);
+    j["summary"] = d.summary ? d.summary : "";
+  }
+  return j;
+}
+
+void print_store(const StoreEntry& e) {
+  const nlohmann::json j = store_json(e);
+  if (e.declared)
+    std::printf("%s %s (%s) — %s\n", e.name.c_str(), j["version"].get<std::string>().c_str(),
+                j["vendor"].get<std::string>().c_str(), j["summary"].get<std::string>().c_str());
+  else
+    std::printf("%s (a 1.0 store: what its table shows)\n", e.name.c_str());
+  std::printf("  source     %s\n", e.source.c_str());
+  std::printf("  devices    %s\n", j["devices"].get<std::string>().c_str());
+  std::printf("  dtypes     %s   page sizes %s\n", j["dtypes"].get<std::string>().c_str(),
+              j["page_sizes"].get<std::string>().c_str());
+  std::printf("  layouts    %s\n", j["layouts"].get<std::string>().c_str());
+  std::printf("  features   %s\n", j["features"].get<std::string>().c_str());
+  const ParamSchema params = e.params();
+  if (params.empty())
+    std::printf("  parameters none\n");
+  else
+    std::printf("  parameters\n%s", format_schema(params, "    ").c_str());
 }
 
 }  // namespace
@@ -148,6 +193,8 @@ int cmd_plugins(int argc, char** argv) {
       out["search_path"].push_back({{"path", d.path}, {"source", d.source}});
     out["plugins"] = nlohmann::json::array();
     for (const auto& p : registry.plugins()) out["plugins"].push_back(plugin_json(p));
+    out["stores"] = nlohmann::json::array();
+    for (const auto& e : registry.stores()) out["stores"].push_back(store_json(e));
     out["failures"] = nlohmann::json::array();
     for (const auto& f : registry.failures())
       out["failures"].push_back({{"path", f.path}, {"reason", f.reason}});
@@ -163,6 +210,11 @@ int cmd_plugins(int argc, char** argv) {
     if (registry.plugins().empty()) std::printf("no plugins found\n\n");
     for (const auto& p : registry.plugins()) {
       print_plugin(p);
+      std::printf("\n");
+    }
+    std::printf("KV stores (--kv-store NAME(k=v,...), a chain's kv_store line):\n\n");
+    for (const auto& e : registry.stores()) {
+      print_store(e);
       std::printf("\n");
     }
     if (!registry.shadowed().empty()) {

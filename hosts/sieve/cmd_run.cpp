@@ -8,11 +8,11 @@
 #include <string>
 
 #include "commands.hpp"
-#include "error_line.hpp"
-#include "model_args.hpp"
-#include "parse_options.hpp"
-#include "sieve/model/model_chain.hpp"
+#include "sieve/cli/error_line.hpp"
+#include "sieve/cli/model_args.hpp"
+#include "sieve/cli/parse_options.hpp"
 #include "sieve/model/generate.hpp"
+#include "sieve/model/model_chain.hpp"
 #include "sieve/util/error.hpp"
 
 namespace po = boost::program_options;
@@ -42,6 +42,7 @@ int cmd_run(int argc, char** argv) {
       ("ignore-eos", po::bool_switch(), "keep generating through BOS/EOS (fixed lengths, e.g. for --kv-trace)")
       ("kv-trace", po::value(&kv_trace), "write the store's resident KV bytes after the prefill and every decode "
                                          "step to this CSV file (step,tokens,kv_bytes)");
+  add_kv_store_option(opts, &ma.kv_store);
   po::variables_map vm;
   if (const auto done = parse_options("sieve run", opts, argc, argv, &vm)) return *done;
   if (go.steps < 1) {
@@ -61,11 +62,9 @@ int cmd_run(int argc, char** argv) {
   eo.max_batch = 1;
   try {
     runtime::Registry registry;
-    runtime::ChainSpec spec;
-    if (!chain_text.empty()) {
-      spec = model::parse_chain_argument(chain_text);
+    const runtime::ChainSpec spec = chain_arg(chain_text, ma.kv_store);
+    if (!chain_text.empty() || !ma.kv_store.empty())  // the built-in stores need no discovery
       if (!discover_plugins(ma, &registry, &error)) fail(SIEVE_ERR_NOT_FOUND, error);
-    }
     const model::ModelWeights w = load_model_arg(ma);
     const model::Tokenizer tok = load_tokenizer_arg(ma, w);
     const std::vector<int32_t> prompt_tokens = tok.encode(prompt, true, false, w.config.seq_len);

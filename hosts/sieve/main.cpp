@@ -7,7 +7,7 @@
 #include <string>
 
 #include "commands.hpp"
-#include "error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 #include "sieve/util/printable.hpp"
 
 namespace {
@@ -26,6 +26,7 @@ const Command kCommands[] = {
     {"distill-gate", sieve::cli::cmd_distill_gate, "self-distil a SeerAttention-R gate for a model (the seer plugin's weights)"},
     {"delta-diag", sieve::cli::cmd_delta_diag, "Δ-correction diagnostic: output cosine and attention-row Spearman vs dense, per layer"},
     {"calibrate", sieve::cli::cmd_calibrate, "per-method calibration studies on a model (delta: which layers to make Δ-layers)"},
+    {"tool", sieve::cli::cmd_tool, "run a tool a plugin ships (sieve tool <plugin> lists them)"},
 };
 
 void usage(std::FILE* f) {

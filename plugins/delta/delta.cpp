@@ -35,6 +35,9 @@
 #include <vector>
 
 #include "delta_page_plan.hpp"
+#ifdef SIEVE_PLUGIN_TOOLS
+#include "tools/tools.hpp"
+#endif
 #if SIEVE_WITH_CUDA
 #include "cuda/delta_select.hpp"
 #endif
@@ -169,7 +172,13 @@ class DeltaPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = "token_budget=256,recent=16,dense_layers=[],select_layers=[0]",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
+      // Reads no K/V page itself (the core kernels do, honouring strides): any layout.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
+#ifdef SIEVE_PLUGIN_TOOLS
+  static constexpr sieve_tool kTools[] = {sp::tool<sd::calibrate_main>(
+      "calibrate", "per-layer attention shift between decode steps of a model; suggests the Δ-layers")};
+#endif
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
     layer_roles(g, p, r);

@@ -41,6 +41,9 @@
 #include <vector>
 
 #include "correction_rows.hpp"
+#ifdef SIEVE_PLUGIN_TOOLS
+#include "tools/tools.hpp"
+#endif
 #if SIEVE_WITH_CUDA
 #include "cuda/delta_apply.hpp"
 #endif
@@ -104,7 +107,13 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = nullptr,
       .selection_basis = SIEVE_SELECTION_BASIS_NONE,
+      // Reads no K/V page itself (the core kernels do, honouring strides): any layout.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
+#ifdef SIEVE_PLUGIN_TOOLS
+  static constexpr sieve_tool kTools[] = {sp::tool<sieve::delta_correction::diag_main>(
+      "diag", "output cosine and attention-row Spearman of sparse / recompute / Δ prefill vs dense, per layer")};
+#endif
 
   static void validate(const sieve_geometry& g, const sp::Params&, sp::Reasons& r) {
     // q_rows and the query-token indices are int32.

@@ -30,6 +30,7 @@
 // cuda_stream, log, metric. CUDA graphs: STATIC_SHAPES (grid sizes follow the call's lengths;
 // report=on synchronises and cannot be captured).
 #include <sieve/plugin/policy_api.hpp>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <algorithm>
@@ -99,6 +100,8 @@ class DeltaKvPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = nullptr,
       .selection_basis = SIEVE_SELECTION_BASIS_NONE,
+      // Every CPU and CUDA path reads pages through the view's strides and byte_offset.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params&, sp::Reasons& r) {
@@ -218,6 +221,14 @@ class DeltaKvPolicy final : public sp::PolicyBase {
                ", ", g.page_size, ", ", g.head_dim, "] of ", sieve::dtype_name(g.kv_dtype));
   }
 
+  // Where K/V rows live: the view's strides and byte_offset in any layout kv_store.h allows
+  // (deltakv declares them all), one line otherwise.
+  static sieve::PageStrides kv_strides(const sieve_paged_kv& view) {
+    sieve::PageStrides at;
+    if (std::string e = sieve::view_page_strides(view, &at); !e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+    return at;
+  }
+
   // ---- CPU ------------------------------------------------------------------------------------
   void attend_cpu(const sieve_layer_call& call, DLTensor& out) {
     const sieve_geometry& g = geometry();
@@ -234,6 +245,7 @@ class DeltaKvPolicy final : public sp::PolicyBase {
     const int32_t* indices = sieve::data_ptr<const int32_t>(view.indices);
     const void* kbase = sieve::data_ptr<const void>(view.k_pages);
     const void* vbase = sieve::data_ptr<const void>(view.v_pages);
+    const sieve::PageStrides at = kv_strides(view);
     const void* qbase = sieve::data_ptr<const void>(*call.q);
     void* obase = sieve::data_ptr<void>(out);
     for (int32_t b = 0; b < call.batch; ++b) {
@@ -247,7 +259,7 @@ class DeltaKvPolicy final : public sp::PolicyBase {
           if (phys < 0 || phys >= n_pool)
             sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "sequence ", b, ": page table entry ", slot,
                      " = ", phys, " is outside the pool of ", n_pool, " pages");
-          const int64_t src = ((int64_t(phys) * hkv + kvh) * P + pos % P) * d;
+          const int64_t src = at.row(phys, kvh, pos % P);
           for (int32_t i = 0; i < d; ++i) {
             kf[int64_t(pos) * d + i] = sieve::load_float(kbase, g.kv_dtype, src + i);
             vf[int64_t(pos) * d + i] = sieve::load_float(vbase, g.kv_dtype, src + i);
@@ -319,6 +331,7 @@ class DeltaKvPolicy final : public sp::PolicyBase {
     a.kv_indices_len = view.indices.shape[0];
     a.k = sieve::data_ptr<const void>(view.k_pages);
     a.v = sieve::data_ptr<const void>(view.v_pages);
+    a.kv_strides = kv_strides(view);
     a.page_capacity = view.k_pages.shape[0];
     a.kv_dt = sieve::require_storage(g.kv_dtype, "the KV pages");
     a.q = sieve::data_ptr<const void>(*call.q);

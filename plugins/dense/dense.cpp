@@ -36,6 +36,8 @@ class DensePolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_FULL,
       .conform_params = nullptr,
       .selection_basis = SIEVE_SELECTION_BASIS_NONE,
+      // Reads no K/V page itself (the core kernels do, honouring strides): any layout.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 
   explicit DensePolicy(const sp::CreateContext& ctx) : PolicyBase(ctx) {}

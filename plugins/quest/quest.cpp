@@ -76,6 +76,8 @@ class QuestPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = "token_budget=64",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
+      // Pages are read by core/selection's min/max (CPU and CUDA honour strides): any layout.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {

@@ -118,6 +118,8 @@ class RaasPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
       .conform_params = "token_budget=256,pin_prefill=false",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
+      // Reads no K/V page itself (the core kernels do, honouring strides): any layout.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {

@@ -30,11 +30,14 @@
 // (select checks the view holds every token).
 //
 // Hooks: on_append (cache), select. Core kernels: block-sparse paged decode over the selection.
+// CUDA: cuda/seer_driver.cpp (weights upload, scratch, launches) over cuda/seer_kernels.cu; this
+// file holds the checks both devices share and the CPU path.
 // Host services: alloc (CUDA scratch), cuda_stream, log. Shared code: the gate math
 // (plugins/seer/gate), the top-k of core/selection (same items on CPU and CUDA).
 #include <sieve/plugin/policy_api.hpp>
 #include <sieve/selection/top_k.hpp>
 #include <sieve/util/error.hpp>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <algorithm>
@@ -49,10 +52,13 @@
 #include "gate/builtin_gate.hpp"
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
+#ifdef SIEVE_PLUGIN_TOOLS
+#include "tools/tools.hpp"
+#endif
 #if SIEVE_WITH_CUDA
-#include <sieve/selection/top_k_cuda.hpp>
+#include <memory>
 
-#include "cuda/seer_cuda.hpp"
+#include "cuda/seer_driver.hpp"
 #endif
 
 namespace {
@@ -108,7 +114,13 @@ class SeerPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = "weights=builtin:mean,block=64,token_budget=256",
       .selection_basis = SIEVE_SELECTION_BASIS_CONTENT,
+      // Every CPU and CUDA path reads pages through the view's strides and byte_offset.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
+#ifdef SIEVE_PLUGIN_TOOLS
+  static constexpr sieve_tool kTools[] = {sp::tool<sg::distill_gate_main>(
+      "distill-gate", "self-distil a SeerAttention-R gate for a model (this plugin's weights file)")};
+#endif
 
   static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
     const int64_t block = p.integer("block");
@@ -190,7 +202,19 @@ class SeerPolicy final : public sp::PolicyBase {
     filled_once_.assign(size_t(g.n_layers), 0);
     logits_.reserve(size_t(g.max_seq_len));
 #if SIEVE_WITH_CUDA
-    if (g.device.device_type == kDLCUDA) cuda_setup();
+    if (g.device.device_type == kDLCUDA && mode_ != kOracle) {  // validate refuses the oracle on CUDA
+      sg::CudaGateConfig c;
+      c.block = block_;
+      c.gate_dim = gate_dim_;
+      c.top_k = top_k_;
+      c.rmsnorm = rmsnorm_;
+      c.fused = fused_;
+      c.threshold = mode_ == kThreshold;
+      c.threshold_value = threshold_;
+      c.rope_theta = gate_theta();
+      cuda_ = std::make_unique<sg::SeerCuda>(g, weights_, c, max_blocks_,
+                                             [this](size_t bytes) { return allocate(geometry().device, bytes); });
+    }
 #endif
     log_debug("block = ", block_, " (", block_pages_, " pages), mode = ", ctx.params.text("mode"),
               ", top-k = ", top_k_, ", gate_dim = ", gate_dim_);
@@ -218,7 +242,7 @@ class SeerPolicy final : public sp::PolicyBase {
 #if SIEVE_WITH_CUDA
     if (geometry().device.device_type == kDLCUDA) {
       filled_once_[size_t(call.layer)] = 1;
-      return cuda_fill_cache(call, side);
+      return cuda_->fill_cache(call, side, cuda_stream());
     }
 #endif
     fill_cache_cpu(call, view, side);
@@ -252,7 +276,8 @@ class SeerPolicy final : public sp::PolicyBase {
 
 #if SIEVE_WITH_CUDA
     if (g.device.device_type == kDLCUDA) {
-      cuda_select(call, selection, n_rows);
+      cuda_->select(call, sidecar(call.layer), block_indptr_.data(),
+                    sel::top_k_capacity_needed(topk_batch(call.batch)), selection, n_rows, cuda_stream());
       finish(selection, n_rows);
       return;
     }
@@ -364,10 +389,12 @@ class SeerPolicy final : public sp::PolicyBase {
   }
 
   // ---- CPU ------------------------------------------------------------------------------------
-  // Element offset of (physical page, KV head, slot, channel) in a [cap, hkv, P, d] page tensor.
-  int64_t page_offset(int32_t page, int32_t h, int32_t slot) const {
-    const sieve_geometry& g = geometry();
-    return ((int64_t(page) * g.n_kv_heads + h) * g.page_size + slot) * g.head_dim;
+  // Where (physical page, KV head, slot) of a view's page tensor lives: its strides and
+  // byte_offset in any layout kv_store.h allows (seer declares them all), one line otherwise.
+  static sieve::PageStrides strides_of(const DLTensor& pages, const char* what) {
+    sieve::PageStrides at;
+    if (std::string e = sieve::page_strides(pages, what, &at); !e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+    return at;
   }
 
   void fill_cache_cpu(const sieve_layer_call& call, const sieve_paged_kv& view, const DLTensor& side) {
@@ -376,6 +403,7 @@ class SeerPolicy final : public sp::PolicyBase {
     const int32_t* pages = sieve::data_ptr<const int32_t>(view.indices);
     const void* kpre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
     const DLDataType dt = view.k_pre_rope_pages.dtype;
+    const sieve::PageStrides at = strides_of(view.k_pre_rope_pages, "the pre-RoPE key pages");
     float* cache = sieve::data_ptr<float>(side);
     const int32_t stride = gate_dim_ + 1;
     for (int32_t b = 0; b < call.batch; ++b) {
@@ -390,7 +418,7 @@ class SeerPolicy final : public sp::PolicyBase {
           all_filled = false;
           auto key = [&](int32_t t, int32_t c) {
             const int64_t tok = j * block_ + t;
-            return sieve::load_float(kpre, dt, page_offset(seq_pages[tok / P], h, int32_t(tok % P)) + c);
+            return sieve::load_float(kpre, dt, at.row(seq_pages[tok / P], h, tok % P) + c);
           };
           sg::pool_block(key, block_, d, pooled_.data());
           sg::gate_key(weights_.wk_at(call.layer, h), pooled_.data(), d, gate_dim_, rmsnorm_, j * block_,
@@ -459,6 +487,7 @@ class SeerPolicy final : public sp::PolicyBase {
     const int32_t* pages = sieve::data_ptr<const int32_t>(view.indices);
     const void* k = sieve::data_ptr<const void>(view.k_pages);
     const DLDataType kd = view.k_pages.dtype;
+    const sieve::PageStrides at = strides_of(view.k_pages, "k_pages");
     for (int32_t b = 0; b < call.batch; ++b) {
       const int32_t token = call.qo_indptr_host[b];
       const int32_t nb = block_indptr_[size_t(b) + 1] - block_indptr_[size_t(b)];
@@ -468,7 +497,7 @@ class SeerPolicy final : public sp::PolicyBase {
           return sieve::load_float(q, qt.dtype, (int64_t(token) * g.n_q_heads + h * group_ + gh) * d + c);
         };
         auto key = [&](int64_t t, int32_t c) {
-          return sieve::load_float(k, kd, page_offset(seq_pages[t / P], h, int32_t(t % P)) + c);
+          return sieve::load_float(k, kd, at.row(seq_pages[t / P], h, t % P) + c);
         };
         sg::block_truth(qf, key, group_, d, call.kv_len_host[b], block_, truth_.data(), nullptr, logits_);
         float* s = scores_.data() + int64_t(block_indptr_[size_t(b)]) * hkv + h;
@@ -483,11 +512,7 @@ class SeerPolicy final : public sp::PolicyBase {
   }
 
 #if SIEVE_WITH_CUDA
-  void cuda_setup();
-  sieve::seer::SeerCudaCommon cuda_common(const sieve_layer_call& call, const DLTensor& side) const;
-  void cuda_fill_cache(const sieve_layer_call& call, const DLTensor& side);
-  void cuda_select(const sieve_layer_call& call, sieve_selection& selection, int64_t n_rows);
-  sp::HostBuffer d_wq_, d_wk_, d_scores_, d_block_indptr_, d_topk_scratch_, d_q_raw_, d_last_score_;
+  std::unique_ptr<sg::SeerCuda> cuda_;  // the CUDA path (cuda/seer_driver.hpp), on a CUDA geometry
 #endif
 
   int32_t block_;
@@ -508,133 +533,6 @@ class SeerPolicy final : public sp::PolicyBase {
   std::vector<char> filled_once_;  // per layer: a CUDA fill_cache has run (fused: later decode steps skip it)
   std::vector<double> logits_;
 };
-
-#if SIEVE_WITH_CUDA
-const int32_t* device_ints(const DLTensor& t, const char* what, int64_t n, DLDevice dev) {
-  if (!t.data || !sieve::same_dtype(t.dtype, sieve::kI32) || t.ndim != 1 || t.shape[0] < n || !sieve::is_contiguous(t) ||
-      t.device.device_type != dev.device_type || t.device.device_id != dev.device_id)
-    sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " must be a contiguous int32 [", n, "] tensor on ", sieve::device_name(dev));
-  return sieve::data_ptr<const int32_t>(t);
-}
-
-void SeerPolicy::cuda_setup() {
-  if (mode_ == kOracle) return;  // validate refuses the oracle on CUDA
-  const sieve_geometry& g = geometry();
-  const DLDevice dev = g.device;
-  d_wq_ = allocate(dev, weights_.wq.size() * sizeof(float));
-  d_wk_ = allocate(dev, weights_.wk.size() * sizeof(float));
-  for (auto [dst, src] : {std::pair{&d_wq_, &weights_.wq}, std::pair{&d_wk_, &weights_.wk}})
-    if (const char* e = sg::copy_to_device(dst->get(), src->data(), src->size() * sizeof(float)))
-      sp::fail(SIEVE_ERR_DEVICE, "uploading the gate weights: ", e);
-  const int64_t rows = int64_t(g.max_batch) * g.n_kv_heads;
-  d_block_indptr_ = allocate(dev, sizeof(int32_t) * (size_t(g.max_batch) + 1));
-  d_scores_ = allocate(dev, sizeof(float) * size_t(rows) * size_t(max_blocks_));
-  d_topk_scratch_ = allocate(dev, std::max<size_t>(sel::top_k_cuda_scratch_bytes(rows), 16));
-  d_q_raw_ = allocate(dev, sizeof(float) * size_t(rows) * size_t(gate_dim_));
-  d_last_score_ = allocate(dev, sizeof(float) * size_t(rows));
-}
-
-sg::SeerCudaCommon SeerPolicy::cuda_common(const sieve_layer_call& call, const DLTensor& side) const {
-  const sieve_geometry& g = geometry();
-  const sieve_paged_kv& view = *call.kv_view;
-  sg::SeerCudaCommon c{};
-  c.kv_indptr = device_ints(view.indptr, "the KV view's indptr", call.batch + 1, g.device);
-  c.kv_pages = device_ints(view.indices, "the KV view's indices", view.indptr_host[call.batch], g.device);
-  c.last_page_len = device_ints(view.last_page_len, "the KV view's last_page_len", call.batch, g.device);
-  c.batch = call.batch;
-  c.n_q_heads = g.n_q_heads;
-  c.n_kv_heads = g.n_kv_heads;
-  c.head_dim = g.head_dim;
-  c.page_size = g.page_size;
-  c.block = block_;
-  c.gate_dim = gate_dim_;
-  c.rmsnorm = rmsnorm_;
-  c.rope_theta = gate_theta();
-  c.cache = sieve::data_ptr<float>(side);
-  c.stream = cuda_stream();
-  return c;
-}
-
-void SeerPolicy::cuda_fill_cache(const sieve_layer_call& call, const DLTensor& side) {
-  const sieve_paged_kv& view = *call.kv_view;
-  sg::FillCacheLaunch a{};
-  a.c = cuda_common(call, side);
-  a.k_pre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
-  a.k_elem = sieve::require_storage(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
-  a.wk = d_wk_.get<const float>() + int64_t(call.layer) * geometry().n_kv_heads * weights_.shape.wk_head_elems();
-  a.max_complete = 0;
-  for (int32_t b = 0; b < call.batch; ++b) a.max_complete = std::max(a.max_complete, int32_t(call.kv_len_host[b] / block_));
-  if (const char* e = sg::launch_fill_cache(a)) sp::fail(SIEVE_ERR_DEVICE, "K-compression cache kernel: ", e);
-}
-
-void SeerPolicy::cuda_select(const sieve_layer_call& call, sieve_selection& selection, int64_t n_rows) {
-  const sieve_geometry& g = geometry();
-  const DLTensor& q = *call.q_pre_rope;
-  if (q.device.device_type != kDLCUDA || !sieve::is_contiguous(q))
-    sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "q_pre_rope must be a contiguous tensor on ", sieve::device_name(g.device));
-  const DLTensor side = sidecar(call.layer);
-  sg::GateScoresLaunch a{};
-  a.c = cuda_common(call, side);
-  a.q_pre = sieve::data_ptr<const void>(q);
-  a.q_elem = sieve::require_storage(q.dtype, "q_pre_rope");
-  a.wq = d_wq_.get<const float>() + int64_t(call.layer) * g.n_kv_heads * weights_.shape.wq_head_elems();
-  a.block_indptr = d_block_indptr_.get<int32_t>();
-  a.scores = d_scores_.get<float>();
-  a.q_raw = d_q_raw_.get<float>();
-  a.last_score = d_last_score_.get<float>();
-  a.max_blocks = 0;
-  for (int32_t b = 0; b < call.batch; ++b)
-    a.max_blocks = std::max(a.max_blocks, block_indptr_[size_t(b) + 1] - block_indptr_[size_t(b)]);
-  a.softmax = mode_ == kThreshold;
-  if (fused_) {  // the cache catch-up and the block offsets ride on the gate query kernel
-    const sieve_paged_kv& view = *call.kv_view;
-    if (!view.k_pre_rope_pages.data)
-      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "the KV store keeps no pre-RoPE keys (seer declares SIEVE_NEEDS_PRE_ROPE_K)");
-    a.fold_offsets = true;
-    a.catch_up = true;
-    a.k_pre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
-    a.k_elem = sieve::require_storage(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
-    a.wk = d_wk_.get<const float>() + int64_t(call.layer) * g.n_kv_heads * weights_.shape.wk_head_elems();
-  }
-  auto* indptr = sieve::data_ptr<int32_t>(selection.indptr);
-  auto* indices = sieve::data_ptr<int32_t>(selection.indices);
-  if (mode_ == kThreshold) {  // the bound: every block of every row
-    sp::check_selection_storage(selection, n_rows, int64_t(block_indptr_[size_t(call.batch)]) * g.n_kv_heads, g.device);
-  } else {
-    sp::check_selection_storage(selection, n_rows, sel::top_k_capacity_needed(topk_batch(call.batch)), g.device);
-  }
-  if (const char* e = sg::launch_gate_scores(a)) sp::fail(SIEVE_ERR_DEVICE, "gate score kernel: ", e);
-  if (mode_ == kThreshold) {
-    sg::ThresholdLaunch t{};
-    t.block_indptr = a.block_indptr;
-    t.scores = a.scores;
-    t.batch = call.batch;
-    t.n_kv_heads = g.n_kv_heads;
-    t.threshold = threshold_;
-    t.sel_indptr = indptr;
-    t.sel_indices = indices;
-    t.capacity = selection.capacity;
-    t.stream = cuda_stream();
-    if (const char* e = sg::launch_threshold_select(t)) sp::fail(SIEVE_ERR_DEVICE, "threshold selection kernel: ", e);
-    return;
-  }
-  sel::TopKCudaLaunch t{};
-  t.scores = a.scores;
-  t.layout = {g.n_kv_heads, 1};
-  t.seg_indptr = a.block_indptr;
-  t.n_segments = call.batch;
-  t.rows_per_segment = g.n_kv_heads;
-  t.head = 0;
-  t.tail = 1;
-  t.k = top_k_;
-  t.scratch = d_topk_scratch_.get();
-  t.sel_indptr = indptr;
-  t.sel_indices = indices;
-  t.capacity = selection.capacity;
-  t.stream = cuda_stream();
-  if (const char* e = sel::launch_top_k_cuda(t)) sp::fail(SIEVE_ERR_DEVICE, "top-k kernel: ", e);
-}
-#endif
 
 }  // namespace
 

@@ -71,6 +71,8 @@ class StreamingPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_STATIC_SHAPES,
       .conform_params = "sink=4,window=64",
       .selection_basis = SIEVE_SELECTION_BASIS_POSITIONAL,
+      // Reads no K/V page itself (the core kernels do, honouring strides): any layout.
+      .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 
   // Reasons beyond the schema ranges and the generic geometry checks, which already refuse

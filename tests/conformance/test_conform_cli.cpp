@@ -74,6 +74,23 @@ TEST(ConformCli, JsonSchemaAndDocumentedNames) {
   EXPECT_EQ((*check(j, "numeric_cpu_decode"))["result"], "pass");
 }
 
+// The KV-store suite's names too (a store-only plugin: the static part's policy checks skip), and
+// every store check says which store it ran on.
+TEST(ConformCli, StoreChecksAreDocumented) {
+  CliResult r = conform(std::string(SIEVE_FIXTURE_DIR) + "/stores/libsieve_store_ok.so --json", false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  nlohmann::json j = parse(r);
+  const std::set<std::string> documented = documented_checks();
+  size_t store_checks = 0;
+  for (const auto& c : j["checks"]) {
+    EXPECT_TRUE(documented.count(c["name"])) << c["name"] << " is not documented in docs/conformance.md";
+    if (!c.contains("store")) continue;
+    ++store_checks;
+    EXPECT_EQ(c["store"], "store_ok");
+  }
+  EXPECT_EQ(store_checks, 18u) << "store_table, store_validate and 8 checks on each of 2 devices";
+}
+
 // A plugin that logs while it is checked (streaming warns when its window covers the whole
 // sequence) must not break the JSON on stdout.
 TEST(ConformCli, JsonStdoutStaysCleanWhenThePluginLogs) {
@@ -99,7 +116,7 @@ TEST(ConformCli, FailingPluginExitsOne) {
 }
 
 TEST(ConformCli, UsageErrorsExitTwo) {
-  for (const char* args : {"", "--bogus x.so", "a.so b.so", "x.so --param nameonly", "x.so --geometry hq=3,hkv=2",
+  for (const char* args : {"--store", "x.so --store paged-cpu", "--store no_such_store", "--bogus x.so", "a.so b.so", "x.so --param nameonly", "x.so --geometry hq=3,hkv=2",
                            "x.so --geometry heads=8", "x.so --geometry d=0", "x.so --geometry layers=-1", "x.so --timeout 0"}) {
     CliResult r = conform(args);
     EXPECT_EQ(r.status, 2) << args << "\n" << r.out;

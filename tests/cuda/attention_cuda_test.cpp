@@ -18,6 +18,7 @@
 #include "cuda_test_util.hpp"
 #include "sieve/kernels/attention_cuda.hpp"
 #include "sieve/kernels/attention_cuda_checks.hpp"
+#include "sieve/reference/page_pool.hpp"
 #include "sieve/reference/workload.hpp"
 
 namespace sieve {
@@ -32,10 +33,11 @@ using reference::WorkloadSpec;
 using namespace attention_test;  // tolerances, case lists, the cases the CPU kernel runs too
 
 // A workload's tensors on the device and the sieve_attention_args that point at them. Inputs are
-// uploaded once (after the workload is set up, tampering included); outputs on every run.
+// uploaded once (after the workload is set up, tampering included); outputs on every run. With a
+// `pool`, K and V are its engine-layout copy (strided views over one device buffer).
 class DeviceCall {
  public:
-  explicit DeviceCall(Workload& w) : w_(w) {
+  explicit DeviceCall(Workload& w, const reference::LaidOutPool* pool = nullptr) : w_(w) {
     q_ = DeviceTensor(w.q);
     out_ = DeviceTensor(w.out);
     qo_ = DeviceTensor(w.qo_indptr);
@@ -47,6 +49,11 @@ class DeviceCall {
     kv_ = w.kv;
     kv_.k_pages = k_.dl;
     kv_.v_pages = v_.dl;
+    if (pool) {
+      pool_ = DeviceTensor(pool->storage);
+      kv_.k_pages = pool->k_view(pool_.dl);
+      kv_.v_pages = pool->v_view(pool_.dl);
+    }
     kv_.indptr = kv_indptr_.dl;
     kv_.indices = kv_indices_.dl;
     kv_.last_page_len = kv_last_.dl;
@@ -115,11 +122,12 @@ class DeviceCall {
   }
 
   sieve_attention_args args{};
+  sieve_paged_kv& kv() { return kv_; }  // what args.kv points at, for tampering
 
  private:
   Workload& w_;
   DeviceTensor q_, out_, qo_, k_, v_, kv_indptr_, kv_indices_, kv_last_, sel_indptr_, sel_indices_,
-      q_rows_, lse_, page_mass_;
+      q_rows_, lse_, page_mass_, pool_;
   sieve_paged_kv kv_{};
   sieve_selection sel_{};
 };
@@ -665,6 +673,69 @@ TEST_F(AttentionCudaTensorCores, CapturesIntoACudaGraph) {
     ASSERT_NO_FATAL_FAILURE(call.run_captured(stream_, {}, &err));
     expect_outputs_match(w);
   }
+}
+
+// ---- engine page layouts (ABI 1.1 strided views) --------------------------------------------------
+
+// The bytes of the outputs now in `w`.
+std::vector<unsigned char> output_bytes(const Workload& w) {
+  std::vector<unsigned char> b(w.out.data<unsigned char>(), w.out.data<unsigned char>() + w.out.nbytes());
+  if (w.args.lse) b.insert(b.end(), w.lse.data<unsigned char>(), w.lse.data<unsigned char>() + w.lse.nbytes());
+  if (w.args.page_mass)
+    b.insert(b.end(), w.page_mass.data<unsigned char>(), w.page_mass.data<unsigned char>() + w.page_mass.nbytes());
+  return b;
+}
+
+// The same K/V laid out HND (explicit strides), NHD and as combined pools (V at a byte_offset)
+// give bit-identical outputs to the compact pool on every kernel family (FMA and tensor-core row
+// and prefill kernels, the statistics pass): the strides change addresses, not arithmetic.
+TEST_F(AttentionCudaTensorCores, EngineLayoutsGiveBitIdenticalOutputs) {
+  struct Case {
+    WorkloadSpec spec;
+    uint32_t heads;  // selection heads, or 99 for dense
+    bool stats;
+  };
+  const std::vector<Case> cases = {
+      {make_spec(8, 2, 128, 16, kDecodeLens, SIEVE_PHASE_DECODE, {}, 901, kF32), 99, true},  // row-fma
+      {half_spec(8, 2, 128, 16, kDecodeLens, kBF16, 902), 99, true},                          // row-mma
+      {half_spec(8, 2, 64, 16, kDecodeLens, kF16, 903), SIEVE_SEL_PER_KV_HEAD, true},
+      {make_spec(8, 2, 64, 16, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew, 904, kF32), 99, false},
+      {half_spec(8, 2, 128, 16, kPrefillLens, kBF16, 905, SIEVE_PHASE_PREFILL, kPrefillNew), SIEVE_SEL_PER_Q_HEAD,
+       false},
+      {make_spec(4, 1, 8, 32, {5, 70}, SIEVE_PHASE_DECODE, {}, 906, kBF16), 99, true},  // one KV head, d 8
+  };
+  for (const Case& c : cases) {
+    Workload w(c.spec);
+    if (c.heads != 99) w.set_selection(c.heads, c.spec.phase == SIEVE_PHASE_PREFILL ? 16 : 1, 1,
+                                       rows_with_an_empty_one(w, c.heads, c.spec.phase == SIEVE_PHASE_PREFILL ? 16 : 1,
+                                                              1, 0.5, c.spec.seed));
+    w.request_lse();
+    if (c.stats) w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
+    SCOPED_TRACE("seed " + std::to_string(c.spec.seed) + ", kernel " + plan_for(w).kernel);
+    expect_matches_reference(w);
+    const std::vector<unsigned char> want = output_bytes(w);
+    for (KvLayout layout : kKvLayouts) {
+      SCOPED_TRACE(kv_layout_name(layout));
+      reference::LaidOutPool pool(w.k_pages.dl(), w.v_pages.dl(), layout);
+      DeviceCall call(w, &pool);
+      std::string err;
+      ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;
+      ASSERT_EQ(kernels::cuda_attention_check_errors(0, stream_, &err), SIEVE_OK) << err;
+      EXPECT_TRUE(output_bytes(w) == want) << "outputs differ from the compact pool's";
+    }
+  }
+}
+
+// Rows the kernels cannot load as 16-byte vectors are refused with one line, nothing written.
+TEST_F(AttentionCuda, MisalignedPageRowsAreRefused) {
+  Workload w(make_spec(8, 2, 64, 16, {40}, SIEVE_PHASE_DECODE, {}, 907, kBF16));
+  reference::LaidOutPool pool(w.k_pages.dl(), w.v_pages.dl(), kKvLayouts[1]);
+  DeviceCall call(w, &pool);
+  call.kv().v_pages.byte_offset += 2;  // one bf16 element: a whole element, but rows off 16-byte boundaries
+  std::string err;
+  EXPECT_EQ(call.run(stream_, {}, &err), SIEVE_ERR_UNSUPPORTED);
+  EXPECT_THAT(err, ::testing::StartsWith("kv.v_pages: data + byte_offset is not 16-byte aligned"));
+  for (int64_t i = 0; i < w.out.numel(); ++i) ASSERT_TRUE(std::isnan(w.out.get(i)));
 }
 
 }  // namespace

@@ -66,9 +66,31 @@ struct Malformed {
 
 const DLDevice kCuda0{kDLCUDA, 0};
 
+// Page strides (ABI 1.1 views) sieve/util/page_layout.hpp refuses. base_spec's pages are
+// [cap, 2 heads, 4 tokens, 8 dims]: compact strides [64, 32, 8, 1].
+struct BadStrides {
+  const char* label;
+  int64_t strides[4];
+  uint64_t byte_offset;
+  bool on_v;           // applied to v_pages only (K stays compact)
+  const char* prefix;  // the message starts with it, naming the problem
+};
+BadStrides kBadStrides[] = {
+    {"head_dim stride 2", {128, 64, 16, 2}, 0, false, "kv.k_pages: head_dim stride 2, expected 1"},
+    {"negative token stride", {64, 32, -8, 1}, 0, false, "kv.k_pages: token stride -8, expected > 0"},
+    {"zero KV head stride", {64, 0, 8, 1}, 0, false, "kv.k_pages: KV head stride 0, expected > 0"},
+    {"tokens overlap", {64, 32, 4, 1}, 0, false, "kv.k_pages: strides [64, 32, 4, 1] overlap the rows"},
+    {"heads overlap tokens", {64, 16, 8, 1}, 0, false, "kv.k_pages: strides [64, 16, 8, 1] overlap the rows"},
+    {"pages overlap (NHD)", {48, 8, 16, 1}, 0, false, "kv.k_pages: page stride 48 is smaller than one page"},
+    {"beyond any pool", {int64_t(1) << 60, 32, 8, 1}, 0, false, "kv.k_pages: 8 pages of stride"},
+    {"byte_offset inside an element", {64, 32, 8, 1}, 2, false,
+     "kv.k_pages: byte_offset 2 is not a whole number of 4-byte elements"},
+    {"V laid out unlike K", {64, 8, 16, 1}, 0, true, "kv.v_pages: strides [64, 8, 16, 1] differ"},
+};
+
 std::vector<Malformed> malformed_cases() {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  return {
+  std::vector<Malformed> cases = {
       {"struct size", "args:", [](Workload& w, Keep&) { w.args.hdr.struct_size = 8; }},
       {"phase", "phase:", [](Workload& w, Keep&) { w.args.phase = 3; }},
       {"no q heads", "n_q_heads:", [](Workload& w, Keep&) { w.args.n_q_heads = 0; }},
@@ -175,6 +197,13 @@ std::vector<Malformed> malformed_cases() {
       {"page mass on cuda", "page_mass:", [](Workload& w, Keep&) { w.page_mass->device = kCuda0; }},
       {"lse on another cpu", "lse:", [](Workload& w, Keep&) { w.lse->device = DLDevice{kDLCPU, 1}; }},
   };
+  for (BadStrides& c : kBadStrides)
+    cases.push_back({c.label, c.prefix, [&c](Workload& w, Keep&) {
+                       DLTensor& t = c.on_v ? w.kv.v_pages : w.kv.k_pages;
+                       t.strides = c.strides;
+                       t.byte_offset = c.byte_offset;
+                     }});
+  return cases;
 }
 
 TEST(AttentionArgs, BaseCallIsValid) {
@@ -210,6 +239,34 @@ TEST(AttentionArgs, EachMalformedArgumentIsNamed) {
     } catch (const std::invalid_argument& e) {
       EXPECT_EQ(e.what(), msg);
     }
+  }
+}
+
+TEST(AttentionArgs, EngineLayoutsAreAccepted) {
+  // NHD, HND with explicit strides and the halves of a combined pool (V one K page in): the
+  // checker takes them and the shape reports their strides.
+  struct Good {
+    int64_t strides[4];
+    uint64_t v_offset;
+  };
+  const int64_t cap = 8;  // base_spec: 5 pages + 3 spare
+  for (const Good& g : {Good{{64, 32, 8, 1}, 0}, Good{{64, 8, 16, 1}, 0},
+                        Good{{128, 8, 16, 1}, 64 * 4}, Good{{128, 32, 8, 1}, 64 * 4}}) {
+    Workload w(base_spec());
+    decorate(w);
+    ASSERT_EQ(w.k_pages.shape()[0], cap);
+    HostTensor pool({cap * 128}, kF32);  // room for every layout; values do not matter here
+    int64_t strides[4] = {g.strides[0], g.strides[1], g.strides[2], g.strides[3]};
+    for (DLTensor* t : {&w.kv.k_pages, &w.kv.v_pages}) {
+      t->data = pool.dl().data;
+      t->strides = strides;
+    }
+    w.kv.v_pages.byte_offset = g.v_offset ? g.v_offset : uint64_t(cap * 64 * 4);
+    EXPECT_EQ(check_attention_args(w.args), "") << strides[0] << "," << strides[1] << "," << strides[2];
+    const kernels::AttentionShape s = kernels::attention_shape(w.args);
+    EXPECT_EQ(s.pages.page, g.strides[0]);
+    EXPECT_EQ(s.pages.head, g.strides[1]);
+    EXPECT_EQ(s.pages.token, g.strides[2]);
   }
 }
 

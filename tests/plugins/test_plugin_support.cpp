@@ -125,6 +125,58 @@ class MinimalPolicy final : public AppendBase {
   using AppendBase::AppendBase;
 };
 
+// Two hooks in the table; each instance uses the ones its mode names (use_hooks, ABI 1.1), and
+// mode=bogus names one the class does not override.
+class ModalPolicy final : public sp::PolicyBase {
+ public:
+  static constexpr sieve_param_spec kParams[] = {
+      sp::enum_param("mode", "select", "select|attend|bogus", "which hooks the instance uses")};
+  static constexpr sieve_policy_descriptor kDescriptor = {
+      .hdr = SIEVE_HEADER_INIT(sieve_policy_descriptor),
+      .name = "modal",
+      .vendor = "test",
+      .version_major = 0,
+      .version_minor = 0,
+      .version_patch = 1,
+      .summary = "hooks per instance",
+      .phases = SIEVE_PHASE_PREFILL | SIEVE_PHASE_DECODE,
+      .devices = SIEVE_DEVICE_CPU,
+      .dtypes = SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16,
+      .head_dims = nullptr,
+      .n_head_dims = 0,
+      .page_sizes = nullptr,
+      .n_page_sizes = 0,
+      .selection_heads = SIEVE_SEL_PER_SEQUENCE,
+      .needs = 0,
+      .evicts_kv = 0,
+      .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
+      .conform_params = nullptr,
+      .selection_basis = SIEVE_SELECTION_BASIS_NONE,
+  };
+  explicit ModalPolicy(const sp::CreateContext& ctx) : PolicyBase(ctx), scratch_(allocate(sieve::kCpu, 64)) {
+    const uint32_t mode = ctx.params.choice("mode");
+    use_hooks(mode == 0   ? SIEVE_HOOK_SELECT
+              : mode == 1 ? SIEVE_HOOK_SELECT | SIEVE_HOOK_ATTEND
+                          : SIEVE_HOOK_SELECT | SIEVE_HOOK_CORRECT);
+  }
+  void select(const sieve_layer_call&, sieve_selection&, uint32_t&) override {}
+  void attend(const sieve_layer_call&, const sieve_selection&, DLTensor&) override {}
+
+ private:
+  sp::HostBuffer scratch_;
+};
+
+// Tools: one returns the number of arguments it saw past argv[0], one throws.
+int count_args_main(int argc, const char* const* argv) { return argc > 1 && argv[1] ? argc - 1 : 0; }
+int throwing_main(int, const char* const*) { throw std::runtime_error("no model named 'x'"); }
+class ToolPolicy final : public AppendBase {
+ public:
+  static constexpr sieve_policy_descriptor kDescriptor = MinimalPolicy::kDescriptor;
+  static constexpr sieve_tool kTools[] = {sp::tool<count_args_main>("count-args", "counts its arguments"),
+                                          sp::tool<throwing_main>("throws", "fails")};
+  using AppendBase::AppendBase;
+};
+
 }  // namespace
 
 SIEVE_DEFINE_PLUGIN(ProbePolicy);
@@ -170,6 +222,61 @@ TEST(PluginSupport, HooksArePresentExactlyWhereOverridden) {
   EXPECT_EQ(minimal.end_step, nullptr);
   EXPECT_NE(minimal.validate, nullptr);
   EXPECT_NE(minimal.create, nullptr);
+}
+
+TEST(PluginSupport, AnInstanceDeclaresTheHooksItUses) {
+  NiceMock<MockHostServices> host;
+  sieve_geometry g = probe_geometry();
+  ReasonLog err;
+  // Without use_hooks: every hook the class overrides.
+  ProbeValues pv;
+  sieve_policy* p = nullptr;
+  ASSERT_NE(probe_api().instance_hooks, nullptr);
+  ASSERT_EQ(probe_api().create(host.table(), &g, pv.v, pv.n, nullptr, nullptr, &p, err.sink()), SIEVE_OK)
+      << err.all();
+  EXPECT_EQ(probe_api().instance_hooks(p), uint32_t(SIEVE_HOOK_SELECT | SIEVE_HOOK_END_STEP));
+  probe_api().destroy(p);
+
+  const sieve_policy_api& modal = sp::policy_api_v<ModalPolicy>;
+  sieve_param_value mode{SIEVE_PARAM_ENUM, 0, 0, "select", nullptr, 0};
+  ASSERT_EQ(modal.create(host.table(), &g, &mode, 1, nullptr, nullptr, &p, err.sink()), SIEVE_OK) << err.all();
+  EXPECT_EQ(modal.instance_hooks(p), uint32_t(SIEVE_HOOK_SELECT));
+  modal.destroy(p);
+  mode = {SIEVE_PARAM_ENUM, 1, 0, "attend", nullptr, 0};
+  ASSERT_EQ(modal.create(host.table(), &g, &mode, 1, nullptr, nullptr, &p, err.sink()), SIEVE_OK) << err.all();
+  EXPECT_EQ(modal.instance_hooks(p), uint32_t(SIEVE_HOOK_SELECT | SIEVE_HOOK_ATTEND));
+  modal.destroy(p);
+
+  // A hook the class does not override: create fails, naming it, and frees what it allocated.
+  mode = {SIEVE_PARAM_ENUM, 2, 0, "bogus", nullptr, 0};
+  EXPECT_EQ(modal.create(host.table(), &g, &mode, 1, nullptr, nullptr, &p, err.sink()), SIEVE_ERR_INTERNAL);
+  EXPECT_EQ(p, nullptr);
+  ASSERT_FALSE(err.lines.empty());
+  EXPECT_EQ(err.lines.back(), "create: use_hooks() names correct, which the policy class does not override "
+                              "(it overrides select, attend)");
+  EXPECT_EQ(host.live_allocations(), 0u);
+}
+
+TEST(PluginSupport, ToolsDeclaredInTheClassReachThePluginTable) {
+  const sieve_plugin& with = sp::plugin_table_v<ToolPolicy>;
+  EXPECT_EQ(with.hdr.struct_size, sizeof(sieve_plugin));
+  ASSERT_EQ(with.n_tools, 2u);
+  EXPECT_EQ(with.tools, ToolPolicy::kTools);
+  EXPECT_STREQ(with.tools[0].name, "count-args");
+  EXPECT_EQ(with.tools[1].hdr.struct_size, sizeof(sieve_tool));
+  const sieve_plugin& without = sp::plugin_table_v<MinimalPolicy>;
+  EXPECT_EQ(without.tools, nullptr);
+  EXPECT_EQ(without.n_tools, 0u);
+}
+
+TEST(PluginSupport, AToolRunsItsMainAndAThrowIsOneLineAndStatus1) {
+  const sieve_tool* tools = sp::plugin_table_v<ToolPolicy>.tools;
+  const char* argv[] = {"sieve tool minimal count-args", "a", "b", nullptr};
+  EXPECT_EQ(tools[0].run(3, argv), 2);
+  ::testing::internal::CaptureStderr();
+  const char* argv2[] = {"sieve tool minimal throws", nullptr};
+  EXPECT_EQ(tools[1].run(1, argv2), 1);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "sieve tool minimal throws: no model named 'x'\n");
 }
 
 TEST(PluginSupport, EntryPointNegotiatesTheMajor) {

@@ -153,6 +153,59 @@ TEST(ChainSpec, ErrorsNameTheColumn) {
             "chain spec, col 8: layer number 99999999999 is too large");
 }
 
+TEST(ChainSpec, KvStoreElementNamesTheStoreOnceAndRoundTrips) {
+  ChainSpec s = parse_ok("kv_store = engine_pool(layout=nhd, pool=\"a b\"); decode:*=quest");
+  ASSERT_TRUE(s.kv_store.has_value());
+  EXPECT_EQ(s.kv_store->plugin, "engine_pool");
+  EXPECT_THAT(s.kv_store->params, ElementsAre(Pair("layout", "nhd"), Pair("pool", "a b")));
+  EXPECT_EQ(s.rules.size(), 1u);
+  EXPECT_EQ(s.instances.size(), 1u);  // the store is not a policy instance
+  const std::string once = to_string(s);
+  EXPECT_EQ(once, "kv_store=engine_pool(layout=nhd,pool=\"a b\"); decode:*=quest");
+  EXPECT_EQ(to_string(parse_ok(once)), once);
+  EXPECT_FALSE(parse_ok("decode:*=quest").kv_store.has_value());
+
+  EXPECT_EQ(parse_error("kv_store=paged; kv_store=paged"),
+            "chain spec, col 17: the KV store is named twice (also at chain spec, col 10)");
+  EXPECT_EQ(parse_error("kv_store=paged@x"), "chain spec, col 10: a KV store takes no @id ('paged@x')");
+  EXPECT_EQ(parse_error("kv_store=Paged"), "chain spec, col 10: expected a KV store name ([a-z0-9_]+), found 'P'");
+  EXPECT_EQ(parse_error("kv_store=paged>quest"),
+            "chain spec, col 15: expected ';' after KV store 'paged', found '>'");
+}
+
+TEST(ChainSpec, StoreArgumentAndSettingItOnce) {
+  ChainInstance store;
+  std::string err;
+  ASSERT_TRUE(parse_store_argument(" paged(a=1) ", &store, &err)) << err;
+  EXPECT_EQ(store.plugin, "paged");
+  EXPECT_THAT(store.params, ElementsAre(Pair("a", "1")));
+  EXPECT_FALSE(parse_store_argument("paged(a=1) x", &store, &err));
+  EXPECT_EQ(err, "kv store, col 12: unexpected 'x' after KV store 'paged'");
+  EXPECT_FALSE(parse_store_argument("", &store, &err));
+  EXPECT_EQ(err, "kv store, col 1: expected a KV store name ([a-z0-9_]+), found the end");
+
+  ChainSpec spec = parse_ok("kv_store=paged; *=dense");
+  EXPECT_FALSE(apply_store_argument("engine_pool", &spec, &err));
+  EXPECT_EQ(err, "the KV store is named twice: 'engine_pool' (kv store, col 1) and 'paged' (chain spec, col 10)");
+  ChainSpec plain = parse_ok("*=dense");
+  EXPECT_TRUE(apply_store_argument("", &plain, &err));  // no --kv-store: nothing named
+  EXPECT_FALSE(plain.kv_store.has_value());
+  ASSERT_TRUE(apply_store_argument("engine_pool(layout=hnd)", &plain, &err)) << err;
+  EXPECT_EQ(to_string(plain), "kv_store=engine_pool(layout=hnd); *=dense");
+}
+
+TEST(ChainFile, AKvStoreLine) {
+  ChainSpec s;
+  std::string err;
+  ASSERT_TRUE(parse_chain_file("# the engine's pages\nkv_store = engine_pool(layout=nhd)\ndecode:*=quest\n",
+                               "chains.txt", &s, &err))
+      << err;
+  ASSERT_TRUE(s.kv_store.has_value());
+  EXPECT_EQ(s.kv_store->where, "chains.txt:2, col 12");
+  EXPECT_FALSE(parse_chain_file("kv_store=paged\nkv_store=paged\n", "chains.txt", &s, &err));
+  EXPECT_EQ(err, "chains.txt:2, col 1: the KV store is named twice (also at chains.txt:1, col 10)");
+}
+
 TEST(ChainFile, DeclarationsCommentsAndRules) {
   const std::string text =
       "# DELTA shared by every decode layer from 2 on\n"

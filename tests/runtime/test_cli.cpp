@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -66,6 +67,44 @@ TEST_F(Cli, PluginsJson) {
   EXPECT_TRUE(saw_truncated);
 }
 
+TEST_F(Cli, PluginsListsTheStoresTheSameWayInBothForms) {
+  CliRun text = sieve_cli("plugins --plugin-dir " SIEVE_FIXTURE_DIR, false);
+  CliRun json = sieve_cli("plugins --json --plugin-dir " SIEVE_FIXTURE_DIR, false);
+  ASSERT_EQ(json.status, 0) << json.out;
+  auto j = nlohmann::json::parse(json.out);
+  ASSERT_FALSE(j["stores"].empty());
+  const auto& paged = j["stores"][0];
+  EXPECT_EQ(paged["name"], "paged");
+  EXPECT_EQ(paged["source"], "built-in");
+  EXPECT_EQ(paged["layouts"], "hnd");
+  EXPECT_EQ(paged["features"], "sidecars,eviction,pre_rope_k");
+  EXPECT_TRUE(paged["params"].empty());
+  // Every field of the JSON entry is a line of the text form.
+  EXPECT_THAT(text.out, HasSubstr("KV stores (--kv-store NAME(k=v,...), a chain's kv_store line):\n\npaged " +
+                                  paged["version"].get<std::string>() + " (sieve) — " +
+                                  paged["summary"].get<std::string>() + "\n  source     built-in\n  devices    " +
+                                  paged["devices"].get<std::string>() + "\n  dtypes     " +
+                                  paged["dtypes"].get<std::string>() + "   page sizes " +
+                                  paged["page_sizes"].get<std::string>() +
+                                  "\n  layouts    hnd\n  features   sidecars,eviction,pre_rope_k\n"
+                                  "  parameters none\n"));
+}
+
+TEST_F(Cli, AnUnknownOrBadStoreIsOneLineAndAFailure) {
+  CliRun r = sieve_cli("attn --chain 'streaming(window=64)' --context 256 --kv-store pagd");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "sieve attn: kv store, col 1: unknown KV store 'pagd' (did you mean 'paged'?); available: paged, engine_pool\n");
+  r = sieve_cli("attn --chain 'streaming(window=64)' --context 256 --kv-store 'paged(pool=2)'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("KV store 'paged': unknown parameter 'pool'"));
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
+  r = sieve_cli("attn --chain 'kv_store=paged; *=dense' --context 256 --kv-store paged");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("the KV store is named twice"));
+  r = sieve_cli("attn --chain 'streaming(window=64)' --context 256 --kv-store paged --json", false);
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
 TEST_F(Cli, PluginsMissingDirectory) {
   CliRun r = sieve_cli("plugins --plugin-dir /nonexistent/plugins");
   EXPECT_EQ(r.status, 1);
@@ -97,6 +136,73 @@ TEST_F(Cli, EnvironmentPathIgnoredWhenSetgid) {
   EXPECT_THAT(r.out, Not(HasSubstr("/env/plugins")));
 }
 
+// ---- sieve tool: a plugin's ABI 1.1 tools (tests/fixtures/toolbox.c) ------------------------------
+
+#define TOOLBOX "tool --plugin-dir " SIEVE_FIXTURE_DIR "/tools "
+
+TEST_F(Cli, ToolRunsThePluginsToolWithItsArgumentsAndStatus) {
+  CliRun r = sieve_cli(TOOLBOX "toolbox echo a 'b c' --flag", false);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "sieve tool toolbox echo: [a] [b c] [--flag]\n");  // argv[0] names the command
+  r = sieve_cli(TOOLBOX "toolbox fail");
+  EXPECT_EQ(r.status, 3);
+  EXPECT_EQ(r.out, "sieve tool toolbox fail: failing on purpose\n");
+}
+
+TEST_F(Cli, ToolListsAndNamesWhatExists) {
+  CliRun r = sieve_cli(TOOLBOX "toolbox");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("echo           prints its arguments\n"));
+  EXPECT_THAT(r.out, HasSubstr("fail           exits with status 3\n"));
+  r = sieve_cli(TOOLBOX "toolbox nosuch");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "sieve tool toolbox nosuch: plugin 'toolbox' has no tool 'nosuch' (its tools: echo, fail)\n");
+  r = sieve_cli(TOOLBOX "nosuch echo");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("no plugin 'nosuch' was found (plugins with tools: "));
+  EXPECT_THAT(r.out, HasSubstr("toolbox"));
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  r = sieve_cli(TOOLBOX);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("sieve tool: name a plugin (plugins with tools: "));
+  r = sieve_cli("tool --plugin-dir /nonexistent/plugins toolbox");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "sieve tool: --plugin-dir /nonexistent/plugins does not exist\n");
+}
+
+TEST_F(Cli, PluginsListsToolsAndRefusesBadOnes) {
+  CliRun r = sieve_cli("plugins --plugin-dir " SIEVE_FIXTURE_DIR "/tools");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("  tool       echo           prints its arguments\n"));
+  r = sieve_cli("plugins --json --plugin-dir " SIEVE_FIXTURE_DIR "/tools", false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  nlohmann::json toolbox;
+  for (auto& p : j["plugins"])
+    if (p["name"] == "toolbox") toolbox = p;
+  ASSERT_EQ(toolbox["tools"].size(), 2u) << r.out;
+  EXPECT_EQ(toolbox["tools"][1]["name"], "fail");
+  EXPECT_EQ(toolbox["tools"][1]["summary"], "exits with status 3");
+  r = sieve_cli("plugins --plugin-dir " SIEVE_FIXTURE_DIR "/tools_bad");
+  EXPECT_THAT(r.out, HasSubstr("libsieve_toolbox_bad.so: tool[1] name 'echo' is used twice"));
+}
+
+// ---- sieve bench: checks its options, then runs sieve_bench (beside it) under its own name ------
+
+TEST_F(Cli, BenchRunsTheSuiteExecutableUnderItsOwnName) {
+  if (!std::filesystem::exists(std::string(SIEVE_BIN_DIR) + "/sieve_bench"))
+    GTEST_SKIP() << "built without the benchmarks";
+  CliRun r = sieve_cli("bench --policy --help", false);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, ::testing::StartsWith("usage: sieve bench --policy [options]\n"));
+  r = sieve_cli("bench --gpu-only --cpu-only");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "sieve bench: --gpu-only and --cpu-only exclude each other\n");
+  r = sieve_cli("bench --bogus");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "sieve bench: unknown argument '--bogus'\n");
+}
+
 TEST_F(Cli, ConformPassesTheMinimalFixture) {
   CliRun r = sieve_cli("conform " + fixture("minimal"));
   EXPECT_EQ(r.status, 0) << r.out;
@@ -123,9 +229,20 @@ TEST_F(Cli, ConformFailsBrokenFixtures) {
 }
 
 TEST_F(Cli, ConformUsage) {
-  CliRun r = sieve_cli("conform");
+  CliRun r = sieve_cli("conform --store");
   EXPECT_EQ(r.status, 2);
-  EXPECT_THAT(r.out, HasSubstr("name a plugin file"));
+  EXPECT_THAT(r.out, HasSubstr("--store needs a store name"));
+  r = sieve_cli("conform x.so --store paged-cpu");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("do not go together"));
+}
+
+// No plugin file: the KV-store suite on every store, the core's among them.
+TEST_F(Cli, ConformWithoutAPluginChecksTheStores) {
+  CliRun r = sieve_cli("conform");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(" KV store paged\n"));
+  EXPECT_THAT(r.out, HasSubstr("PASS  store_round_trip_cpu"));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The CLI's last line of defence (hosts/sieve/error_line.hpp): whatever a command lets escape ends
+// The CLI's last line of defence (core/cli: sieve/cli/error_line.hpp): whatever a command lets escape ends
 // as one escaped stderr line and status 1, never std::terminate's abort; and the one-line form of
 // a multi-line message.
 #include <gmock/gmock.h>
@@ -7,7 +7,7 @@
 #include <new>
 #include <stdexcept>
 
-#include "../../hosts/sieve/error_line.hpp"
+#include "sieve/cli/error_line.hpp"
 
 using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;

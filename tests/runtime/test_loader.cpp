@@ -8,7 +8,10 @@
 #include <sieve/runtime/descriptor_names.hpp>
 #include <sieve/runtime/loader.hpp>
 #include <sieve/runtime/registry.hpp>
+#include <sieve/util/abi_v1_0.hpp>
 #include <sieve/util/status.hpp>
+
+#include "sieve/kv/paged_store.hpp"
 
 #include "runtime_test_util.hpp"
 
@@ -278,6 +281,165 @@ TEST(TableChecks, KvStoreTable) {
               ::testing::ElementsAre(HasSubstr("KV store table struct_size 4 is smaller")));
 }
 
+// ABI 1.1 store tables: the descriptor and the parameter schema are checked like a policy's, and a
+// declared feature must be reachable through the table.
+TEST(TableChecks, KvStoreDescriptor) {
+  struct Store {
+    const int32_t pages[2] = {16, 32};
+    sieve_param_spec spec[1] = {{SIEVE_HEADER_INIT(sieve_param_spec), "pool_mb", SIEVE_PARAM_INT, "64", 1, 4096, nullptr,
+                                 "pool size"}};
+    sieve_kv_store_descriptor d{SIEVE_HEADER_INIT(sieve_kv_store_descriptor), "paged", "sieve", 1, 1, 0, "a store",
+                                SIEVE_DEVICE_CPU, SIEVE_DTYPE_F32, pages, 2, SIEVE_KV_LAYOUT_HND,
+                                SIEVE_KV_FEATURE_SIDECARS | SIEVE_KV_FEATURE_EVICTION};
+    sieve_kv_store_api api = *sieve::kv::paged_cpu_store_api();
+    Store() {
+      api.hdr = SIEVE_HEADER_INIT(sieve_kv_store_api);
+      api.descriptor = &d;
+      api.params = spec;
+      api.n_params = 1;
+    }
+    std::vector<std::string> check() { return check_kv_store_api(&api); }
+  };
+  EXPECT_THAT(Store().check(), ::testing::IsEmpty());
+  {
+    Store s;
+    s.d.name = "Paged-CPU";
+    s.d.features |= 1u << 9;
+    s.d.layouts = 0;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre(
+                               "KV store descriptor: name 'Paged-CPU' does not match [a-z0-9_]+",
+                               "KV store descriptor: layouts is 0 (declare at least one)",
+                               "KV store descriptor: features has unknown bits 0x200"));
+  }
+  {
+    Store s;
+    s.d.devices = 1u << 5;
+    s.d.dtypes = 0;
+    const int32_t bad[1] = {0};
+    s.d.page_sizes = bad;
+    s.d.n_page_sizes = 1;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre("KV store descriptor: devices has unknown bits 0x20",
+                                                  "KV store descriptor: dtypes is 0 (declare at least one)",
+                                                  "KV store descriptor: page_sizes[0] = 0 (must be in [1, 65536])"));
+  }
+  {
+    Store s;  // features the table cannot serve
+    s.api.evict = nullptr;
+    s.api.sidecar = nullptr;
+    s.d.features |= SIEVE_KV_FEATURE_ENGINE_PAGES;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre("KV store descriptor: features has SIDECARS but 'sidecar' is NULL",
+                                                  "KV store descriptor: features has EVICTION but 'evict' is NULL",
+                                                  "KV store descriptor: features has ENGINE_PAGES but 'bind_pages' is NULL"));
+  }
+  {
+    Store s;  // a schema a policy would be refused for, and the size of a 1.0 descriptor-less table
+    s.spec[0].min = 10;
+    s.spec[0].max = 1;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre(StartsWith("KV store schema: ")));
+    s.api.n_params = 3;
+    s.api.params = nullptr;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre("KV store table: n_params is 3 but params is NULL"));
+    s.d.hdr.struct_size = 8;
+    s.api.n_params = 0;
+    EXPECT_THAT(s.check(), ::testing::ElementsAre(HasSubstr("KV store descriptor struct_size 8 is smaller")));
+    s.api.hdr.struct_size = uint32_t(sieve::util::v1_0_size<sieve_kv_store_api>());  // a 1.0 table: not read
+    EXPECT_THAT(s.check(), ::testing::IsEmpty());
+  }
+}
+
+// ---- Tools (ABI 1.1) ------------------------------------------------------------------------------
+
+int32_t tool_ok(int32_t, const char* const*) { return 0; }
+
+struct ToolTables : Tables {
+  sieve_tool tools[2]{};
+  ToolTables() {
+    tools[0] = {SIEVE_HEADER_INIT(sieve_tool), "calibrate", "per-head thresholds", &tool_ok};
+    tools[1] = {SIEVE_HEADER_INIT(sieve_tool), "distill-gate", "a gate for a model", &tool_ok};
+    plugin.tools = tools;
+    plugin.n_tools = 2;
+  }
+  LoadedPlugin loaded() {
+    LoadedPlugin p;
+    p.table = &plugin;
+    return p;
+  }
+};
+
+TEST(ToolChecks, WellFormedToolsPassAndAreListedByName) {
+  ToolTables t;
+  EXPECT_THAT(t.check(), ::testing::IsEmpty());
+  const LoadedPlugin p = t.loaded();
+  ASSERT_EQ(p.tools().size(), 2u);
+  EXPECT_STREQ(p.tools()[1]->name, "distill-gate");
+  EXPECT_EQ(p.tool("calibrate"), &t.tools[0]);
+  EXPECT_EQ(p.tool("distill"), nullptr);
+}
+
+TEST(ToolChecks, AV10TableIsNotReadPastItsSize) {
+  ToolTables t;
+  // A 1.0 producer fills only up to kv_store: whatever lies beyond is not its tools.
+  t.plugin.hdr.struct_size = uint32_t(sieve::util::v1_0_size<sieve_plugin>());
+  t.plugin.n_tools = 0xdeadbeef;
+  t.plugin.tools = reinterpret_cast<const sieve_tool*>(uintptr_t(16));
+  EXPECT_THAT(t.check(), ::testing::IsEmpty());
+  EXPECT_TRUE(t.loaded().tools().empty());
+  EXPECT_EQ(t.loaded().tool("calibrate"), nullptr);
+}
+
+TEST(ToolChecks, EachMalformationIsNamed) {
+  using ::testing::ElementsAre;
+  {
+    ToolTables t;
+    t.plugin.n_tools = kMaxTools + 1;
+    EXPECT_THAT(t.check(), ElementsAre("tools: n_tools 65 exceeds the limit 64"));
+  }
+  {
+    ToolTables t;
+    t.plugin.tools = nullptr;
+    EXPECT_THAT(t.check(), ElementsAre("tools: n_tools is 2 but tools is NULL"));
+  }
+  {
+    ToolTables t;
+    t.tools[0].hdr.struct_size = 8;
+    EXPECT_THAT(t.check(), ElementsAre(HasSubstr("tool[0] struct_size 8 is smaller than the v1.1 size")));
+  }
+  {
+    ToolTables t;
+    t.tools[0].hdr.struct_size = kMaxStructSize + 8;
+    EXPECT_THAT(t.check(), ElementsAre("tool[0] struct_size 65544 exceeds the limit 65536"));
+  }
+  {
+    ToolTables t;
+    t.tools[1].hdr.struct_size += 8;
+    EXPECT_THAT(t.check(), ElementsAre(HasSubstr("tool[1] struct_size")));
+  }
+  {
+    ToolTables t;
+    t.tools[0].name = "Calibrate";
+    t.tools[1].name = "calibrate";
+    EXPECT_THAT(t.check(), ElementsAre("tool[0] name 'Calibrate' does not match [a-z0-9_-]+"));
+  }
+  {
+    ToolTables t;
+    t.tools[1].name = "calibrate";
+    EXPECT_THAT(t.check(), ElementsAre("tool[1] name 'calibrate' is used twice"));
+  }
+  {
+    ToolTables t;
+    t.tools[0].summary = "";
+    t.tools[1].run = nullptr;
+    EXPECT_THAT(t.check(), ElementsAre("tool[0]: empty summary", "tool[1]: 'run' is NULL (required)"));
+  }
+  {
+    ToolTables t;
+    const std::string long_name(kMaxNameLength + 1, 'a');
+    t.tools[1].name = long_name.c_str();
+    EXPECT_THAT(t.check(), ElementsAre(HasSubstr("tool[1] name 'aaaa")));
+    EXPECT_THAT(t.check(), ElementsAre(HasSubstr("is longer than 64 bytes")));
+  }
+}
+
 TEST(Names, CapabilityBits) {
   EXPECT_EQ(phase_names(SIEVE_PHASE_PREFILL | SIEVE_PHASE_DECODE), "prefill,decode");
   EXPECT_EQ(device_names(SIEVE_DEVICE_CUDA), "cuda");
@@ -289,6 +451,10 @@ TEST(Names, CapabilityBits) {
   EXPECT_FALSE(is_identifier("Quest"));
   EXPECT_FALSE(is_identifier(""));
   EXPECT_FALSE(is_identifier(nullptr));
+  EXPECT_TRUE(is_tool_name("distill-gate"));
+  EXPECT_FALSE(is_identifier("distill-gate"));
+  EXPECT_FALSE(is_tool_name("distill gate"));
+  EXPECT_FALSE(is_tool_name(""));
 }
 
 }  // namespace

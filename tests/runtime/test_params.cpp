@@ -90,7 +90,7 @@ TEST(Params, NoParametersAtAll) {
   ParamValues v;
   std::vector<std::string> errors;
   EXPECT_FALSE(parse_params(ParamSchema(), {{"k", "1"}}, &v, &errors));
-  EXPECT_THAT(errors, ElementsAre("unknown parameter 'k' (this policy takes no parameters)"));
+  EXPECT_THAT(errors, ElementsAre("unknown parameter 'k' (it takes no parameters)"));
 }
 
 TEST(Params, GivenTwice) {

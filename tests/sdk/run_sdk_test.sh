@@ -113,7 +113,9 @@ grep -Eq '^PASS: [0-9]+ passed, 0 failed' "$ROOT/recent.log" || fail "recent: si
 "$PREFIX/bin/sieve" eval --plugin-dir "$UNITS/recent/build" --chain 'decode:*=recent(pages=4)' \
   --steps 48 > "$ROOT/recent_eval.log" 2>&1 ||
   { cat "$ROOT/recent_eval.log"; fail "the guide's C++ plugin did not run in a chain"; }
-echo "== the guide's C++ plugin: built on Sieve::plugin_support, conformed, ran in a chain"
+[ "$("$PREFIX/bin/sieve" tool --plugin-dir "$UNITS/recent/build" recent pages-for 100 16)" = "pages=7" ] ||
+  fail "the guide's C++ plugin's tool (sieve tool recent pages-for 100 16) did not print pages=7"
+echo "== the guide's C++ plugin: built on Sieve::plugin_support, conformed, ran in a chain, ran its tool"
 while IFS= read -r line; do
   chain=${line%%  *}  # the chain, before the two-space gap and its comment
   [ -n "$chain" ] || continue

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <sieve/selection/minmax_sidecar.hpp>
 #include <sieve/selection/page_bound.hpp>
+#include <sieve/util/error.hpp>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <algorithm>
@@ -210,6 +212,97 @@ TEST(PageBound, ScoresPerQueryHeadAndGroupMaxInBothLayouts) {
         ASSERT_EQ(group[size_t(j) * 2 + size_t(kh)],
                   std::max(per_head[size_t(j) * 4 + size_t(2 * kh)], per_head[size_t(j) * 4 + size_t(2 * kh + 1)]));
     }
+}
+
+// Engine layouts (ABI 1.1 strided views): the same ragged appends into a compact store and into
+// one that keeps its pages NHD, HND with explicit strides or as a combined pool give bit-identical
+// sidecars, recomputed min/max and page bounds (the same values in the same order).
+TEST(PageBound, EngineLayoutsGiveTheSameSidecarsAndBounds) {
+  for (const sieve::KvLayout layout : sieve::kKvLayouts) {
+    SCOPED_TRACE(sieve::kv_layout_name(layout));
+    for (const DLDataType dtype : {sieve::kF32, sieve::kBF16}) {
+      sieve_geometry g = test_geometry(4, 3, 256);
+      g.kv_dtype = dtype;
+      FakePagedKv compact(test_kv_config(g, 64)), laid(test_kv_config(g, 64));
+      laid.set_layout(layout);
+      sieve_sidecar_desc desc{SIEVE_HEADER_INIT(sieve_sidecar_desc), "quest.minmax", dtype, 2 * g.head_dim};
+      int32_t slot = -1, slot2 = -1;
+      ASSERT_EQ(compact.register_sidecar(&desc, &slot), SIEVE_OK);
+      ASSERT_EQ(laid.register_sidecar(&desc, &slot2), SIEVE_OK);
+      std::vector<int32_t> ids(3), ids2(3);
+      for (size_t b = 0; b < 3; ++b) {
+        ASSERT_EQ(compact.add_sequence(&ids[b]), SIEVE_OK);
+        ASSERT_EQ(laid.add_sequence(&ids2[b]), SIEVE_OK);
+      }
+      std::mt19937 rng(uint32_t(11 + layout.bit + layout.combined_hnd));
+      std::normal_distribution<float> n(0.f, 2.f);
+      for (int round = 0; round < 6; ++round) {
+        std::vector<int32_t> indptr = {0};
+        for (int b = 0; b < 3; ++b) indptr.push_back(indptr.back() + 1 + int32_t(rng() % 7));
+        sieve::HostTensor k({indptr.back(), g.n_kv_heads, g.head_dim}, sieve::kF32), v = k;
+        for (int64_t i = 0; i < k.numel(); ++i) k.set(i, n(rng)), v.set(i, n(rng));
+        sieve::HostTensor q({3, g.n_q_heads, g.head_dim}, sieve::kF32);
+        for (int64_t i = 0; i < q.numel(); ++i) q.set(i, n(rng));
+        const int32_t qo[4] = {0, 1, 2, 3};
+        sieve_kv_append a{SIEVE_HEADER_INIT(sieve_kv_append), 0, 3, ids.data(), indptr.data(),
+                          &k.dl(), &v.dl(), nullptr};
+        ASSERT_EQ(compact.append(&a), SIEVE_OK);
+        a.seq_ids = ids2.data();
+        ASSERT_EQ(laid.append(&a), SIEVE_OK);
+        sieve_paged_kv va{}, vb{};
+        ASSERT_EQ(compact.view(0, ids.data(), 3, &va), SIEVE_OK);
+        ASSERT_EQ(laid.view(0, ids2.data(), 3, &vb), SIEVE_OK);
+        ASSERT_NE(vb.k_pages.strides, nullptr);
+        DLTensor sa{}, sb{};
+        ASSERT_EQ(compact.sidecar(0, slot, &sa), SIEVE_OK);
+        ASSERT_EQ(laid.sidecar(0, slot2, &sb), SIEVE_OK);
+        sel::minmax_on_append_cpu(va, indptr.data(), sa);
+        sel::minmax_on_append_cpu(vb, indptr.data(), sb);
+        const size_t side_bytes = size_t(sieve::numel(sa)) * sieve::dtype_bytes(dtype);
+        ASSERT_EQ(std::memcmp(sa.data, sb.data, side_bytes), 0) << "round " << round;
+
+        const int32_t nnz = va.indptr_host[3];
+        std::vector<float> bound_a(size_t(nnz) * 4, NAN), bound_b = bound_a, scratch(size_t(6) * 8);
+        sel::page_bounds_cpu(va, sa, q.dl(), qo, g.n_q_heads, false, bound_a.data(), {4, 1}, scratch.data());
+        sel::page_bounds_cpu(vb, sb, q.dl(), qo, g.n_q_heads, false, bound_b.data(), {4, 1}, scratch.data());
+        ASSERT_EQ(std::memcmp(bound_a.data(), bound_b.data(), bound_a.size() * 4), 0);
+        std::vector<float> mn_a(8), mx_a(8), mn_b(8), mx_b(8);
+        const int32_t phys = sieve::data_ptr<int32_t>(va.indices)[nnz - 1];
+        for (int32_t h = 0; h < g.n_kv_heads; ++h) {
+          sel::minmax_recompute_cpu(va, phys, h, va.last_page_len_host[2], mn_a.data(), mx_a.data());
+          sel::minmax_recompute_cpu(vb, phys, h, vb.last_page_len_host[2], mn_b.data(), mx_b.data());
+          ASSERT_EQ(mn_a, mn_b);
+          ASSERT_EQ(mx_a, mx_b);
+        }
+      }
+    }
+  }
+}
+
+TEST(PageBound, BadKStridesAreRefusedWithOneLine) {
+  sieve_geometry g = test_geometry(4, 1, 64);
+  FakePagedKv fake(test_kv_config(g, 16));
+  sieve_sidecar_desc desc{SIEVE_HEADER_INIT(sieve_sidecar_desc), "quest.minmax", sieve::kF32, 16};
+  int32_t slot = -1, id = -1;
+  ASSERT_EQ(fake.register_sidecar(&desc, &slot), SIEVE_OK);
+  ASSERT_EQ(fake.add_sequence(&id), SIEVE_OK);
+  std::mt19937 rng(2);
+  ASSERT_EQ(fake.append_random(id, 5, rng), SIEVE_OK);
+  sieve_paged_kv view{};
+  ASSERT_EQ(fake.view(0, &id, 1, &view), SIEVE_OK);
+  DLTensor side{};
+  ASSERT_EQ(fake.sidecar(0, slot, &side), SIEVE_OK);
+  int64_t overlapping[4] = {64, 32, 4, 1};  // token stride 4 < head_dim 8
+  view.k_pages.strides = overlapping;
+  const int32_t new_tokens[2] = {0, 5};
+  try {
+    sel::minmax_on_append_cpu(view, new_tokens, side);
+    ADD_FAILURE() << "overlapping strides accepted";
+  } catch (const sieve::Error& e) {
+    EXPECT_EQ(e.status(), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(std::string(e.what()), ::testing::StartsWith("page bound: K pages: strides [64, 32, 4, 1] overlap"));
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+  }
 }
 
 }  // namespace

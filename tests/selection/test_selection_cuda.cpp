@@ -8,6 +8,7 @@
 #include <sieve/selection/page_bound_cuda.hpp>
 #include <sieve/selection/top_k.hpp>
 #include <sieve/selection/top_k_cuda.hpp>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <cmath>
@@ -99,7 +100,10 @@ TEST(SelectionCuda, TopKMatchesTheCpuBitForBit) {
 // A FakePagedKv with ragged sequences; the device mirrors its pages and page table.
 // Group sizes, head_dims and dtypes cover both bound kernels: the vector one (head_dim <= 128, a
 // multiple of 8, G in {1, 2, 4, 7, 8}) and the element-wise one (any other shape).
-void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8, int32_t n_kv_heads = 2) {
+// With `layout`, the store keeps its pages as an engine does (strided views, ABI 1.1): the device
+// kernel reads them through the view's strides and must still match the CPU bit for bit.
+void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8, int32_t n_kv_heads = 2,
+                       const sieve::KvLayout* layout = nullptr) {
   sieve_geometry g = test_geometry(16, 3, 2048);
   g.n_q_heads = n_q_heads;
   g.n_kv_heads = n_kv_heads;
@@ -107,6 +111,7 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
   g.rope_dim = head_dim;
   g.kv_dtype = dtype;
   FakePagedKv store(test_kv_config(g, 400));
+  if (layout) store.set_layout(*layout);
   sieve_sidecar_desc desc{SIEVE_HEADER_INIT(sieve_sidecar_desc), "quest.minmax", dtype, 2 * head_dim};
   int32_t slot = -1;
   ASSERT_EQ(store.register_sidecar(&desc, &slot), SIEVE_OK);
@@ -114,7 +119,6 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
   for (auto& id : ids) ASSERT_EQ(store.add_sequence(&id), SIEVE_OK);
   std::mt19937 rng(4);
   std::normal_distribution<float> n(0.f, 1.5f);
-  const size_t page_elems = size_t(g.n_kv_heads) * g.page_size * head_dim;
   const size_t side_elems = size_t(400) * g.n_kv_heads * 2 * head_dim;
   const size_t eb = sieve::dtype_bytes(dtype);
   Dev<char> d_side(side_elems * eb);
@@ -132,7 +136,9 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
     const bool catch_up = round == 3;  // recompute everything on the device this round
     sel::minmax_on_append_cpu(view, tok.data(), side);
 
-    Dev<char> d_k(view.k_pages.data, 400 * page_elems * eb);
+    sieve::PageStrides at;
+    ASSERT_EQ(sieve::page_strides(view.k_pages, "k", &at), "");
+    Dev<char> d_k(sieve::data_ptr<char>(view.k_pages), size_t(sieve::page_span(view.k_pages, at)) * eb);
     std::vector<int32_t> indptr(view.indptr_host, view.indptr_host + 4);
     std::vector<int32_t> indices(sieve::data_ptr<int32_t>(view.indices),
                                  sieve::data_ptr<int32_t>(view.indices) + indptr[3]);
@@ -140,7 +146,7 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
     Dev<int32_t> d_indptr(indptr), d_indices(indices), d_last(last), d_tok(tok);
     int32_t max_pages = 0;
     for (int b = 0; b < 3; ++b) max_pages = std::max(max_pages, indptr[size_t(b) + 1] - indptr[size_t(b)]);
-    sel::MinMaxAppendLaunch m{d_k.p, d_side.p, *sieve::storage_of(dtype), g.n_kv_heads, g.page_size, head_dim,
+    sel::MinMaxAppendLaunch m{d_k.p, at, d_side.p, *sieve::storage_of(dtype), g.n_kv_heads, g.page_size, head_dim,
                               d_indptr.p, d_indices.p, d_last.p, catch_up ? nullptr : d_tok.p, 3,
                               max_pages, nullptr};
     ASSERT_EQ(sel::launch_minmax_append(m), nullptr);
@@ -191,6 +197,14 @@ TEST(SelectionCuda, MinMaxAppendAndBoundsMatchTheCpuBf16) {
 TEST(SelectionCuda, MinMaxAppendAndBoundsMatchTheCpuF16OddHeadDim) {
   REQUIRE_GPU();
   bounds_and_append(sieve::kF16, 40);
+}
+TEST(SelectionCuda, MinMaxAppendReadsEngineLayouts) {
+  REQUIRE_GPU();
+  for (const sieve::KvLayout& layout : sieve::kKvLayouts) {
+    SCOPED_TRACE(sieve::kv_layout_name(layout));
+    bounds_and_append(sieve::kBF16, 128, 8, 2, &layout);
+    bounds_and_append(sieve::kF32, 40, 6, 3, &layout);
+  }
 }
 TEST(SelectionCuda, BoundsMatchTheCpuOnTheElementWiseKernel) {
   REQUIRE_GPU();

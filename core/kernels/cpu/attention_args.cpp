@@ -4,6 +4,7 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "sieve/util/page_layout.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::kernels {
@@ -27,8 +28,10 @@ std::string shape_text(std::initializer_list<Dim> dims) {
 }
 
 // Rank, sizes, non-negative dims, data present (an empty tensor may have none) and compact
-// row-major layout: the kernels index every tensor as dense row-major memory.
-std::string check_shape(const DLTensor* t, const char* name, std::initializer_list<Dim> dims) {
+// row-major layout: the kernels index every tensor but the K/V pages as dense row-major memory
+// (`strided`: the pages, whose strides page_strides checks).
+std::string check_shape(const DLTensor* t, const char* name, std::initializer_list<Dim> dims,
+                        bool strided = false) {
   const std::string n = name;
   if (!t) return n + ": null tensor";
   if (t->ndim != int(dims.size()))
@@ -45,7 +48,7 @@ std::string check_shape(const DLTensor* t, const char* name, std::initializer_li
     ++i;
   }
   if (!t->data && numel(*t) > 0) return n + ": null data pointer";
-  if (!is_contiguous(*t)) return n + ": must be compact row-major (its strides are not)";
+  if (!strided && !is_contiguous(*t)) return n + ": must be compact row-major (its strides are not)";
   return {};
 }
 
@@ -90,15 +93,19 @@ std::string check_kv(const sieve_attention_args& a) {
 
   SIEVE_TRY(check_shape(&kv.k_pages, "kv.k_pages",
                         {{-1, "page_capacity"}, {a.n_kv_heads, "n_kv_heads"},
-                         {kv.page_size, "kv.page_size"}, {a.head_dim, "head_dim"}}));
+                         {kv.page_size, "kv.page_size"}, {a.head_dim, "head_dim"}},
+                        true));
   SIEVE_TRY(check_float_storage(&kv.k_pages, "kv.k_pages"));
   SIEVE_TRY(check_shape(&kv.v_pages, "kv.v_pages",
                         {{kv.k_pages.shape[0], "page_capacity of kv.k_pages"},
                          {a.n_kv_heads, "n_kv_heads"}, {kv.page_size, "kv.page_size"},
-                         {a.head_dim, "head_dim"}}));
+                         {a.head_dim, "head_dim"}},
+                        true));
   if (!same_dtype(kv.v_pages.dtype, kv.k_pages.dtype))
     return "kv.v_pages: dtype " + dtype_name(kv.v_pages.dtype) + " differs from kv.k_pages (" +
            dtype_name(kv.k_pages.dtype) + ")";
+  PageStrides strides;
+  SIEVE_TRY(view_page_strides(kv, &strides));
 
   SIEVE_TRY(check_shape(&kv.indptr, "kv.indptr", {{kv.batch + 1, "batch + 1"}}));
   SIEVE_TRY(check_dtype(&kv.indptr, "kv.indptr", kI32));
@@ -364,6 +371,7 @@ AttentionShape attention_shape(const sieve_attention_args& a) {
   s.page_size = a.kv->page_size;
   s.group = s.hq / s.hkv;
   s.page_capacity = a.kv->k_pages.shape[0];
+  view_page_strides(*a.kv, &s.pages);  // checked by check_attention_args
   s.nnz_pages = a.kv->indptr_host[s.batch];
   s.scale = a.scale != 0.f ? a.scale : 1.f / std::sqrt(float(s.d));
   s.prefill = a.phase == SIEVE_PHASE_PREFILL;

@@ -33,6 +33,7 @@ namespace {
 
 using cpu::accumulate_row;
 using cpu::dot;
+using cpu::load_rows;
 using cpu::load_run;
 using cpu::score_row;
 using cpu::store_run;
@@ -90,11 +91,12 @@ struct Call {
   int32_t page_tokens(int32_t b, int32_t p) const {
     return p == pages(b) - 1 ? kv_last[b] : s.page_size;
   }
-  // Element offset of the [page_size, head_dim] slab of logical page p, KV head g.
+  // Element offset of token 0 of logical page p, KV head g (its tokens s.pages.token apart).
   int64_t slab(int32_t b, int32_t p, int32_t g) const {
-    const int64_t phys = kv_ids[kv_indptr[b] + p];
-    return (phys * s.hkv + g) * int64_t(s.page_size) * s.d;
+    return s.pages.row(kv_ids[kv_indptr[b] + p], g, 0);
   }
+  // The tile loops read a page's keys in place: f32 pages whose tokens are adjacent (HND).
+  bool in_place() const { return kv_dt.bits == 32 && s.pages.slab_contiguous(s.d); }
   // Selection row read by query head `h` of sequence b, query block t; -1 when dense.
   int64_t row(int32_t b, int32_t t, int32_t h) const {
     if (s.dense) return -1;
@@ -196,8 +198,8 @@ void finalize_row(const Call& c, int32_t token, int32_t h, float m, float l, con
   if (c.lse_all) c.lse_all[i] = lse;
 }
 
-// K and V of the tile's pages as [nk, d] f32 with each key's position; a single f32 page is
-// read in place, anything else is converted into the scratch buffers.
+// K and V of the tile's pages as [nk, d] f32 with each key's position; a single compact f32 page
+// is read in place, anything else is converted (or gathered) into the scratch buffers.
 struct KeyTile {
   const float* k;
   const float* v;
@@ -207,7 +209,7 @@ KeyTile gather_keys(const Call& c, const Item& it, const int32_t* pages, int n_p
                     Scratch& w) {
   const int d = c.s.d;
   int32_t* kpos = w.kpos.data();
-  if (n_pages == 1 && c.kv_dt.bits == 32) {
+  if (n_pages == 1 && c.in_place()) {
     const int64_t o = c.slab(it.b, pages[0], it.g);
     const int nk = c.page_tokens(it.b, pages[0]);
     for (int i = 0; i < nk; ++i) kpos[i] = pages[0] * c.s.page_size + i;
@@ -217,8 +219,8 @@ KeyTile gather_keys(const Call& c, const Item& it, const int32_t* pages, int n_p
   for (int u = 0; u < n_pages; ++u) {
     const int n = c.page_tokens(it.b, pages[u]);
     const int64_t o = c.slab(it.b, pages[u], it.g);
-    load_run(c.k, c.kv_dt, o, int64_t(n) * d, 1.f, w.kf.data() + int64_t(nk) * d);
-    load_run(c.v, c.kv_dt, o, int64_t(n) * d, 1.f, w.vf.data() + int64_t(nk) * d);
+    load_rows(c.k, c.kv_dt, o, n, d, c.s.pages.token, w.kf.data() + int64_t(nk) * d);
+    load_rows(c.v, c.kv_dt, o, n, d, c.s.pages.token, w.vf.data() + int64_t(nk) * d);
     for (int i = 0; i < n; ++i) kpos[nk + i] = pages[u] * c.s.page_size + i;
     nk += n;
   }
@@ -272,6 +274,7 @@ void decode_simd(const Call& c, const Item& it, int32_t token, const int32_t* pa
   r.nh = it.nh;
   r.q = w.qf.data();
   r.slab = w.slabs.data();
+  r.token_stride = c.s.pages.token;
   r.tokens = w.page_tokens.data();
   r.n_pages = n;
   r.m = w.m.data();
@@ -407,8 +410,8 @@ void page_mass_sweep(const Call& c, int32_t b, int32_t g_begin, int32_t g_end, i
           const int nt = c.page_tokens(b, pages[u]);
           const int64_t o = c.slab(b, pages[u], g);
           const float* kt = static_cast<const float*>(c.k) + o;
-          if (c.kv_dt.bits != 32) {
-            load_run(c.k, c.kv_dt, o, int64_t(nt) * d, 1.f, w.kf.data());
+          if (!c.in_place()) {
+            load_rows(c.k, c.kv_dt, o, nt, d, c.s.pages.token, w.kf.data());
             kt = w.kf.data();
           }
           score_row(qf, kt, nt, d, sc);

@@ -45,6 +45,17 @@ inline void load_run(const void* base, DLDataType t, int64_t off, int64_t n, flo
   }
 }
 
+// n rows of d elements, row r at element off + r * row_stride, into dst [n, d] as f32: one run
+// when the rows are adjacent (compact HND pages), else row by row (NHD, combined pools).
+inline void load_rows(const void* base, DLDataType t, int64_t off, int64_t n, int64_t d,
+                      int64_t row_stride, float* dst) {
+  if (row_stride == d) {
+    load_run(base, t, off, n * d, 1.f, dst);
+    return;
+  }
+  for (int64_t r = 0; r < n; ++r) load_run(base, t, off + r * row_stride, d, 1.f, dst + r * d);
+}
+
 // Element off + i of a float-storage tensor = mul * src[i] (round to nearest even), i < n.
 inline void store_run(void* base, DLDataType t, int64_t off, int64_t n, const float* src,
                       float mul) {

@@ -37,7 +37,7 @@ inline int next_chunk(const DecodeRows& r, int32_t& u, int32_t& i, int64_t* rows
   while (n < W && u < r.n_pages) {
     const int32_t left = r.tokens[u] - i;
     const int32_t take = left < W - n ? left : W - n;
-    for (int32_t j = 0; j < take; ++j) rows[n + j] = r.slab[u] + int64_t(i + j) * r.d;
+    for (int32_t j = 0; j < take; ++j) rows[n + j] = r.slab[u] + int64_t(i + j) * r.token_stride;
     n += take;
     i += take;
     if (i >= r.tokens[u]) {

@@ -28,7 +28,8 @@ struct DecodeRows {
   // multiplies the dot products by score_scale; 1 for the others.
   const uint16_t* q_bf16 = nullptr;
   float score_scale = 1.f;
-  const int64_t* slab = nullptr;  // per visited page: element offset of its [page_size, d] slab
+  const int64_t* slab = nullptr;  // per visited page: element offset of its token 0
+  int64_t token_stride = 0;       // elements between a page's tokens (d for HND pages)
   const int32_t* tokens = nullptr;  // per visited page: keys it holds (all visible)
   int32_t n_pages = 0;
   // Out: the online-softmax state of each head, which the caller initialised to m = -inf, l = 0,

@@ -149,6 +149,24 @@ std::string unsupported_here(const AttentionShape& s) {
   return {};
 }
 
+// The kernels load K/V rows as 16-byte vectors: every row of the pool must start on a 16-byte
+// boundary (the base after byte_offset, and each stride in bytes). Compact pools from cudaMalloc
+// always do; a strided view (NHD, combined) does when head_dim x element size is a multiple of 16.
+std::string misaligned_pages(const sieve_attention_args& a, const AttentionShape& s) {
+  const size_t elem = dtype_bytes(a.kv->k_pages.dtype);
+  for (const DLTensor* t : {&a.kv->k_pages, &a.kv->v_pages})
+    if (reinterpret_cast<uintptr_t>(data_ptr<const void>(*t)) % 16 != 0)
+      return std::string(t == &a.kv->k_pages ? "kv.k_pages" : "kv.v_pages") +
+             ": data + byte_offset is not 16-byte aligned (the CUDA kernels load 16-byte rows)";
+  // A dimension of size 1 is never stepped along: its stride does not matter.
+  for (int64_t st : {s.page_capacity > 1 ? s.pages.page : 0, s.hkv > 1 ? s.pages.head : 0,
+                     s.page_size > 1 ? s.pages.token : 0})
+    if (st * int64_t(elem) % 16 != 0)
+      return "kv.k_pages: stride " + std::to_string(st) + " x " + std::to_string(elem) +
+             " bytes is not a multiple of 16 (the CUDA kernels load 16-byte rows)";
+  return {};
+}
+
 // Split count of the tensor-core row kernel for `ctas` (row, head unit) pairs of up to `keys`
 // keys: the S minimising ceil(ctas * S / resident) * (keys / S + setup), i.e. few whole rounds of
 // resident CTAs, each as short as the split allows (at batch 16 x 32K: 2 splits, one round of 256
@@ -261,6 +279,7 @@ sieve_status check_and_plan(const sieve_attention_args& a, const CudaAttentionOp
                 "q: on " + device_name(a.q->device) + ", but attend_cuda needs every tensor on a CUDA device");
   const AttentionShape s = attention_shape(a);
   if (std::string e = unsupported_here(s); !e.empty()) return fail(error, SIEVE_ERR_UNSUPPORTED, e);
+  if (std::string e = misaligned_pages(a, s); !e.empty()) return fail(error, SIEVE_ERR_UNSUPPORTED, e);
   if (o.kv_splits < 0)
     return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
                 "options.kv_splits: " + std::to_string(o.kv_splits) + ", expected >= 0");
@@ -293,11 +312,17 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   p.lse = a.lse ? data_ptr<float>(*a.lse) : nullptr;
   p.qo_indptr = data_ptr<const int32_t>(*a.qo_indptr);
   p.q_rows = a.q_rows ? data_ptr<const int32_t>(*a.q_rows) : nullptr;
+  // Decode (one query token per sequence): token b is sequence b's, so the kernels skip the
+  // search of qo_indptr (one dependent round trip per CTA). O(batch) on the host mirror.
+  p.token_is_sequence = s.n_q_tokens == s.batch;
+  for (int32_t b = 0; p.token_is_sequence && b < s.batch; ++b)
+    p.token_is_sequence = a.qo_indptr_host[b + 1] == b + 1;
   p.n_work = plan.n_work;
   p.n_q_tokens = s.n_q_tokens;
   p.batch = s.batch;
   p.k = data_ptr<const void>(kv.k_pages);
   p.v = data_ptr<const void>(kv.v_pages);
+  p.pages = s.pages;
   p.kv_indptr = data_ptr<const int32_t>(kv.indptr);
   p.kv_indices = data_ptr<const int32_t>(kv.indices);
   p.kv_last = data_ptr<const int32_t>(kv.last_page_len);

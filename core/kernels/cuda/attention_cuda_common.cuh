@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "sieve/util/page_layout.hpp"
 #include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::kernels::cuda {
@@ -59,12 +60,15 @@ struct AttnParams {
   float* lse_all;  // scratch lse for the statistics pass when the caller passed no lse, else null
   const int32_t* qo_indptr;  // [batch + 1]
   const int32_t* q_rows;     // null: work row r is token r
+  int32_t token_is_sequence; // 1: sequence b holds query token b alone (decode), no search
   int32_t n_work;            // work rows: q_rows entries or n_q_tokens
   int32_t n_q_tokens;
   int32_t batch;
-  // pages
+  // pages: row (physical page, KV head, token) of K / V at k / v + pages.row(...), head_dim
+  // contiguous (compact HND, NHD or a combined pool: sieve/util/page_layout.hpp)
   const void* k;
   const void* v;
+  PageStrides pages;
   const int32_t* kv_indptr;
   const int32_t* kv_indices;
   const int32_t* kv_last;
@@ -240,7 +244,7 @@ struct QueryToken {
 __device__ inline QueryToken query_token(const AttnParams& p, int32_t tok) {
   QueryToken t;
   t.tok = tok;
-  t.b = sequence_of(p.qo_indptr, p.batch, tok);
+  t.b = p.token_is_sequence ? tok : sequence_of(p.qo_indptr, p.batch, tok);
   const int32_t q0 = __ldg(p.qo_indptr + t.b), q1 = __ldg(p.qo_indptr + t.b + 1);
   t.local = tok - q0;
   t.page_base = __ldg(p.kv_indptr + t.b);
@@ -268,14 +272,17 @@ __device__ inline int32_t physical_page(const AttnParams& p, int32_t b, int32_t 
 }
 
 // Row range [begin, end) of selection row `row` in selection.indices, empty (recorded) when bad.
-__device__ inline void selection_row_range(const AttnParams& p, int64_t row, int32_t& begin,
-                                           int32_t& end) {
-  begin = __ldg(p.sel_indptr + row);
-  end = __ldg(p.sel_indptr + row + 1);
+__device__ inline void check_row_range(const AttnParams& p, int64_t row, int32_t& begin, int32_t& end) {
   if (begin < 0 || end < begin || end > p.sel_capacity) {
     record_error(p.err, kErrSelIndptr, row, begin, end, p.sel_capacity);
     begin = end = 0;
   }
+}
+__device__ inline void selection_row_range(const AttnParams& p, int64_t row, int32_t& begin,
+                                           int32_t& end) {
+  begin = __ldg(p.sel_indptr + row);
+  end = __ldg(p.sel_indptr + row + 1);
+  check_row_range(p, row, begin, end);
 }
 
 // Key block of entry e of a row, or -1 (recorded) when out of range or not increasing.

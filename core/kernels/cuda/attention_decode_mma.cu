@@ -67,8 +67,15 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
 
   int32_t tok;
   if (!row_token(p, r, tid == 0 && unit == 0 && split == 0, &tok)) return;
-  const QueryToken qt = query_token(p, tok);
   const auto [kvh, h0, nh] = head_unit(p, unit);
+  // With one query per row block (decode) the selection row follows from the token alone: its
+  // indptr entries are loaded here, in flight with the sequence's page-table reads below instead
+  // of one dependent round trip after them.
+  const bool early_row = p.sel_heads >= 0 && p.q_block == 1;
+  const int64_t sel_row = early_row ? int64_t(tok) * p.sel_h + row_head(p, h0) : -1;
+  const int32_t sel_begin = early_row ? __ldg(p.sel_indptr + sel_row) : 0;
+  const int32_t sel_end = early_row ? __ldg(p.sel_indptr + sel_row + 1) : 0;
+  const QueryToken qt = query_token(p, tok);
 
   // The queries' loads go out first: their latency overlaps the key list's setup below.
   constexpr int kQChunks = kRows * (D / 8) / kThreads;
@@ -88,8 +95,12 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
   if (p.sel_heads < 0) {
     keys.init_dense(qt.b, qt.page_base, qt.n_pages, qt.limit);
   } else {
-    const int64_t row = query_row(p, qt) * p.sel_h + row_head(p, h0);
-    keys.init_sparse(p, qt.b, qt.page_base, qt.n_pages, qt.limit, row);
+    if (early_row) {
+      keys.init_sparse(p, qt.b, qt.page_base, qt.n_pages, qt.limit, sel_row, sel_begin, sel_end);
+    } else {
+      const int64_t row = query_row(p, qt) * p.sel_h + row_head(p, h0);
+      keys.init_sparse(p, qt.b, qt.page_base, qt.n_pages, qt.limit, row);
+    }
   }
   int32_t n_used = p.n_splits;
   if (p.split_min_keys > 0)

@@ -133,13 +133,20 @@ struct KeyList {
   // Warp-uniform: every lane of the calling warp passes the same row.
   __device__ void init_sparse(const AttnParams& p, int32_t b_, int32_t page_base_, int32_t n_pages_,
                               int32_t limit_, int64_t row_) {
+    int32_t begin_, end_;
+    selection_row_range(p, row_, begin_, end_);
+    init_sparse(p, b_, page_base_, n_pages_, limit_, row_, begin_, end_);
+  }
+  // The same with the row's indptr entries already loaded by the caller (validated here).
+  __device__ void init_sparse(const AttnParams& p, int32_t b_, int32_t page_base_, int32_t n_pages_,
+                              int32_t limit_, int64_t row_, int32_t begin_, int32_t end) {
     b = b_;
     page_base = page_base_;
     n_pages = n_pages_;
     limit = limit_;
     row = row_;
-    int32_t end;
-    selection_row_range(p, row, begin, end);
+    begin = begin_;
+    check_row_range(p, row, begin, end);
     n_blocks = ceil_div_d(n_pages, p.k_block_pages);
     // Entries are increasing: drop those whose block starts at or past the limit (a warp-parallel
     // search; a malformed row only changes how many keys are visited, each entry is checked when
@@ -237,7 +244,7 @@ __device__ inline int32_t load_kv_tile(const AttnParams& p, const KeyList& keys,
       const int32_t pos = pos0[slot - chunk.first] + off;
       if (ph >= 0 && pos < keys.limit) {
         kp = pos;
-        src = ((int64_t(ph) * p.hkv + kvh) * P + off) * D + c * 8;
+        src = p.pages.row(ph, kvh, off) + c * 8;
       }
     }
     const int bytes = kp != INT32_MAX ? 16 : 0;

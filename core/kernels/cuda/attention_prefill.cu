@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttnParams p, i
         const int32_t phys = physical_page(p, b, page_base, page);
         ok = phys >= 0;
         if (ok) {
-          const int64_t at = ((int64_t(phys) * p.hkv + kvh) * P + (t - page * P)) * D + part * VEC;
+          const int64_t at = p.pages.row(phys, kvh, t - page * P) + part * VEC;
           Vec16<KT>::to_float(__ldg(reinterpret_cast<const uint4*>(kbase + at)), kf);
           Vec16<KT>::to_float(__ldg(reinterpret_cast<const uint4*>(vbase + at)), vf);
         }

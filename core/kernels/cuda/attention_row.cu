@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParam
           const int32_t phys = sm_page[slot];
           ok[u] = phys >= 0 && sm_lpage[slot] * P + off < qt.limit;
           if (ok[u]) {
-            const int64_t at = ((int64_t(phys) * p.hkv + kvh) * P + off) * D + tx * VEC;
+            const int64_t at = p.pages.row(phys, kvh, off) + tx * VEC;
             kr[u] = __ldg(reinterpret_cast<const uint4*>(kbase + at));
             vr[u] = __ldg(reinterpret_cast<const uint4*>(vbase + at));
           }

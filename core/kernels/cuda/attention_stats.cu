@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) page_mass_kernel(const AttnParams p)
     for (int i = 0; i < kTokensPerThread; ++i) {
       const int32_t t = threadIdx.x + i * kThreads;
       if (t >= n_tok) continue;
-      const KT* krow = kbase + ((int64_t(phys) * p.hkv + kvh) * P + t) * D;
+      const KT* krow = kbase + p.pages.row(phys, kvh, t);
       float kf[D];
 #pragma unroll
       for (int c = 0; c < D / VEC; ++c)

@@ -26,123 +26,26 @@
 //
 // Host -> device without a synchronisation: a decode step's slot list (up to 128 tokens) and
 // view change (up to 900 ints) ride in the kernel's parameters, so a decode step copies nothing
-// and never waits. Larger slot lists and view descriptions go through a pinned staging ring
-// (kStages buffers of kStageBytes, allocated at setup with cudaMallocHost). Each upload takes the
-// next buffer, waits on the host for the event recorded after that buffer's previous copy (a wait
-// on a copy enqueued kStages uploads ago, normally long done), fills it, enqueues cudaMemcpyAsync
-// and records the event again. Uploads larger than a buffer are split into chunks. The
-// device-side destination of slot lists is one buffer reused by every chunk: stream order puts
-// each copy after the kernel that read the previous chunk.
+// and never waits; larger ones go through the pinned staging ring of token_writer.cuh, which the
+// engine-pool store shares.
 #include <cuda_runtime.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <type_traits>
+#include <memory>
 #include <vector>
 
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/kv/paged_store_api.hpp"
 #include "sieve/util/error.hpp"
-#include "sieve/util/storage_cuda.cuh"
 #include "sieve/util/tensor.hpp"
+#include "token_writer.cuh"
 
 namespace sieve::kv {
 namespace {
 
-constexpr int kStages = 4;
-constexpr size_t kStageBytes = size_t(256) << 10;
-constexpr int64_t kSlotsPerChunk = int64_t(kStageBytes / sizeof(TokenSlot));
-
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    fail(SIEVE_ERR_DEVICE, std::string("paged-cuda store: ") + what + " failed: " + cudaGetErrorName(e) +
-                               " (" + cudaGetErrorString(e) + ")");
-}
-
-// ---- the scatter kernel ------------------------------------------------------------------------
-
-// Same dtype: copy the bits (NaN payloads included), as the CPU store's memcpy does.
-template <class S, class D>
-__device__ inline D convert(S v) {
-  if constexpr (std::is_same_v<S, D>) return v;
-  else return from_f32<D>(to_f32<S>(v));
-}
-
-struct ScatterSource {
-  const void* data;  // element 0 of the [n_tokens, n_kv_heads, head_dim] input
-  int64_t s0, s1;    // strides (elements) of token and head; head_dim is unit-stride
-  void* pool;        // destination pages [pages, n_kv_heads, page_size, head_dim]
-};
-
-// The inputs one launch scatters (K, V and pre-RoPE K when they share a dtype), in one grid.
-struct ScatterSources {
-  ScatterSource s[3];
-  int32_t n;
-};
-
-// The slots of one launch: a decode step's few slots travel in the kernel's parameters (no copy,
-// no staging buffer), larger appends in device memory (`list`, uploaded through the ring).
-// A launch may also write a view's last_page_len (PagedStoreBase::write_tokens' view_last).
-constexpr int64_t kInlineSlots = 128;  // 2 KB with view_last, of the 4 KB of kernel parameters
-struct SlotList {
-  const TokenSlot* list;  // null: the slots are `inline_slots`
-  int64_t n;
-  TokenSlot inline_slots[kInlineSlots];
-  int32_t* last_dst;  // null, or where view_last[0, n_last) goes
-  int32_t n_last;
-  int32_t view_last[kInlineSlots];
-};
-
-static_assert(sizeof(SlotList) + sizeof(ScatterSources) + 3 * sizeof(int32_t) <= 4096,
-              "scatter_tokens' parameters must stay within 4 KB");
-
-// One thread per (source, slot, head, dim): row `src` of the input lands in (page, offset).
-// __grid_constant__: the parameters are read in place (indexed by slot), never copied per thread.
-template <class S, class D>
-__global__ void scatter_tokens(const __grid_constant__ SlotList slots, int32_t hkv, int32_t page_size,
-                               int32_t head_dim, const __grid_constant__ ScatterSources src) {
-  if (slots.last_dst && blockIdx.x == 0 && int32_t(threadIdx.x) < slots.n_last)  // blockDim >= kInlineSlots
-    slots.last_dst[threadIdx.x] = slots.view_last[threadIdx.x];
-  const int64_t per_source = slots.n * hkv * head_dim;
-  const int64_t total = per_source * src.n;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int32_t which = int32_t(i / per_source);
-    const int64_t j = i - which * per_source;
-    const int32_t d = int32_t(j % head_dim);
-    const int32_t h = int32_t((j / head_dim) % hkv);
-    const int64_t k = j / (int64_t(head_dim) * hkv);
-    const TokenSlot ts = slots.list ? slots.list[k] : slots.inline_slots[k];
-    const ScatterSource& in = src.s[which];
-    const S v = static_cast<const S*>(in.data)[ts.src * in.s0 + h * in.s1 + d];
-    const int64_t dst = ((int64_t(ts.page) * hkv + h) * page_size + ts.offset) * head_dim + d;
-    static_cast<D*>(in.pool)[dst] = convert<S, D>(v);
-  }
-}
-
-template <class S, class D>
-cudaError_t launch_scatter(const SlotList& slots, int32_t hkv, int32_t page_size, int32_t head_dim,
-                           const ScatterSources& src, cudaStream_t stream) {
-  const int64_t total = slots.n * hkv * head_dim * src.n;
-  constexpr int threads = 256;
-  static_assert(threads >= kInlineSlots, "block 0 writes view_last, one thread per entry");
-  const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535);
-  scatter_tokens<S, D><<<unsigned(blocks), threads, 0, stream>>>(slots, hkv, page_size, head_dim, src);
-  return cudaGetLastError();
-}
-
-cudaError_t scatter(DLDataType src_dt, DLDataType dst_dt, const SlotList& slots, int32_t hkv, int32_t page_size,
-                    int32_t head_dim, const ScatterSources& src, cudaStream_t stream) {
-  return dispatch_cuda_storage(require_storage(src_dt, "append: the new tokens"), [&](auto s) {
-    return dispatch_cuda_storage(require_storage(dst_dt, "the store's pages"), [&](auto d) {
-      return launch_scatter<typename decltype(s)::type, typename decltype(d)::type>(slots, hkv, page_size, head_dim,
-                                                                                 src, stream);
-    });
-  });
-}
+void check_cuda(cudaError_t e, const char* what) { kv::check_cuda(e, "paged-cuda store", what); }
 
 // ---- the view's indices -----------------------------------------------------------------------
 
@@ -169,27 +72,6 @@ __global__ void publish_view_table(const __grid_constant__ InlineInts small, con
     if (i < nnz) indices[i] = merged_page(desc, batch, previous, i);
   }
 }
-
-// Makes the store's device current for the scope of a call.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check_cuda(cudaGetDevice(&prev_), "cudaGetDevice");
-    if (prev_ != device) {
-      check_cuda(cudaSetDevice(device), "cudaSetDevice");
-      changed_ = true;
-    }
-  }
-  ~DeviceScope() {
-    if (changed_) cudaSetDevice(prev_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int prev_ = 0;
-  bool changed_ = false;
-};
 
 // ---- the store ---------------------------------------------------------------------------------
 
@@ -252,12 +134,7 @@ class PagedCudaStore final : public PagedStoreBase {
         ix = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(config().pages_per_layer), "view indices"));
       l.page_shape = {config().pages_per_layer, g.n_kv_heads, g.page_size, g.head_dim};
     }
-    device_slots_ = static_cast<TokenSlot*>(device_alloc(kStageBytes, "token slot list"));
-    void* host = nullptr;
-    check_cuda(cudaMallocHost(&host, kStageBytes * kStages), "cudaMallocHost(staging ring)");
-    staging_ = static_cast<char*>(host);
-    for (auto& ev : stage_done_) check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-    events_made_ = true;
+    writer_ = std::make_unique<TokenWriter>(services_, g.device, stream_, "paged-cuda store");
   }
 
   bool write_tokens(int32_t layer, const std::vector<TokenSlot>& slots, const sieve_kv_append& a,
@@ -266,50 +143,12 @@ class PagedCudaStore final : public PagedStoreBase {
     DeviceScope scope(g.device.device_id);
     flush_sidecar_clears();
     Layer& l = layers_[size_t(layer)];
-    auto source = [&](const DLTensor* t, void* pool) {
-      if (t->device.device_id != g.device.device_id)
-        fail(SIEVE_ERR_INVALID_ARGUMENT,
-             "append: input on " + device_name(t->device) + ", the store is on " + device_name(g.device));
-      return ScatterSource{data_ptr<const void>(*t), stride(*t, 0), stride(*t, 1), pool};
-    };
-    // K, V (and pre-RoPE K) in one launch when they share a dtype (the usual case), else one
-    // launch per dtype.
     const DLTensor* inputs[3] = {a.k, a.v, config().keep_pre_rope_k ? a.k_pre_rope : nullptr};
-    void* pools[3] = {l.k, l.v, l.k_pre};
-    std::array<ScatterSources, 3> groups{};
-    std::array<DLDataType, 3> group_dtype{};
-    int n_groups = 0;
-    for (int i = 0; i < 3; ++i) {
-      if (!inputs[i]) continue;
-      int gi = 0;
-      while (gi < n_groups && !same_dtype(group_dtype[size_t(gi)], inputs[i]->dtype)) ++gi;
-      if (gi == n_groups) group_dtype[size_t(n_groups++)] = inputs[i]->dtype;
-      ScatterSources& grp = groups[size_t(gi)];
-      grp.s[grp.n++] = source(inputs[i], pools[i]);
-    }
-    SlotList list;
-    // A decode step's view change (the view's last_page_len) goes with its one launch.
-    const bool publish = view_last && a.batch <= kInlineSlots && int64_t(slots.size()) <= kInlineSlots;
-    list.last_dst = publish ? l.packed + ViewDelta::last_at(a.batch) : nullptr;
-    list.n_last = publish ? a.batch : 0;
-    if (publish) std::memcpy(list.view_last, view_last, size_t(a.batch) * sizeof(int32_t));
-    for (size_t begin = 0; begin < slots.size(); begin += size_t(kSlotsPerChunk)) {
-      list.n = std::min<int64_t>(kSlotsPerChunk, int64_t(slots.size() - begin));
-      if (list.n <= kInlineSlots) {
-        list.list = nullptr;
-        std::memcpy(list.inline_slots, slots.data() + begin, size_t(list.n) * sizeof(TokenSlot));
-      } else {
-        upload(device_slots_, slots.data() + begin, size_t(list.n) * sizeof(TokenSlot));
-        list.list = device_slots_;
-      }
-      for (int gi = 0; gi < n_groups; ++gi) {
-        check_cuda(scatter(group_dtype[size_t(gi)], g.kv_dtype, list, g.n_kv_heads, g.page_size, g.head_dim,
-                           groups[size_t(gi)], stream_),
-                   "scatter kernel launch");
-        list.last_dst = nullptr;  // written once
-      }
-    }
-    return publish;
+    const PoolTarget targets[3] = {compact_hnd(l.k, g.n_kv_heads, g.page_size, g.head_dim),
+                                   compact_hnd(l.v, g.n_kv_heads, g.page_size, g.head_dim),
+                                   compact_hnd(l.k_pre, g.n_kv_heads, g.page_size, g.head_dim)};
+    return writer_->write(slots, inputs, targets, g.kv_dtype, g.n_kv_heads, g.head_dim,
+                          l.packed + ViewDelta::last_at(a.batch), view_last, a.batch);
   }
 
   void allocate_sidecar(int32_t slot) override {
@@ -386,7 +225,7 @@ class PagedCudaStore final : public PagedStoreBase {
         small.n = int32_t(n);
         std::memcpy(small.v, d.packed, n * sizeof(int32_t));
       } else {
-        upload(l.packed, d.packed, n * sizeof(int32_t));
+        writer_->upload(l.packed, d.packed, n * sizeof(int32_t));
         packed = l.packed;
       }
       publish_table(small, packed, l.packed, d.batch, d.nnz, l.indices[l.current], l.indices[l.current ^ 1]);
@@ -398,7 +237,7 @@ class PagedCudaStore final : public PagedStoreBase {
         std::memcpy(small.v, d.packed + at, size_t(d.batch) * sizeof(int32_t));
         publish_table(small, nullptr, l.packed + at, d.batch, 0, nullptr, nullptr);
       } else {
-        upload(l.packed + at, d.packed + at, size_t(d.batch) * sizeof(int32_t));
+        writer_->upload(l.packed + at, d.packed + at, size_t(d.batch) * sizeof(int32_t));
       }
     }
     const DLDataType dt = g.kv_dtype;
@@ -455,22 +294,6 @@ class PagedCudaStore final : public PagedStoreBase {
     check_cuda(cudaGetLastError(), "view table kernel launch");
   }
 
-  // Host -> device copy through the pinned ring, split into buffer-sized chunks.
-  void upload(void* dst, const void* src, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += kStageBytes) {
-      const size_t n = std::min(kStageBytes, bytes - off);
-      const int s = next_stage_;
-      next_stage_ = (next_stage_ + 1) % kStages;
-      // Host wait on the copy enqueued kStages uploads ago from this buffer (not a device sync).
-      check_cuda(cudaEventSynchronize(stage_done_[s]), "cudaEventSynchronize(staging buffer)");
-      char* stage = staging_ + size_t(s) * kStageBytes;
-      std::memcpy(stage, static_cast<const char*>(src) + off, n);
-      check_cuda(cudaMemcpyAsync(static_cast<char*>(dst) + off, stage, n, cudaMemcpyHostToDevice, stream_),
-                 "cudaMemcpyAsync(staging -> device)");
-      check_cuda(cudaEventRecord(stage_done_[s], stream_), "cudaEventRecord(staging buffer)");
-    }
-  }
-
   void flush_sidecar_clears() {
     for (const ClearRun& r : pending_) {
       const Sidecar& s = sidecars_[size_t(r.slot)];
@@ -490,11 +313,7 @@ class PagedCudaStore final : public PagedStoreBase {
     // Pending device work may still read the pools and the staging ring: drain the stream first
     // (teardown is not the hot path).
     cudaStreamSynchronize(stream_);
-    if (events_made_)
-      for (auto& ev : stage_done_) cudaEventDestroy(ev);
-    events_made_ = false;
-    if (staging_) cudaFreeHost(staging_);
-    staging_ = nullptr;
+    writer_.reset();
     for (void* p : owned_) services_->free(services_->host_ctx, geometry().device, p);
     for (auto& l : layers_)
       for (void* p : l.sidecars) services_->free(services_->host_ctx, geometry().device, p);
@@ -506,11 +325,7 @@ class PagedCudaStore final : public PagedStoreBase {
   cudaStream_t stream_ = nullptr;
   std::vector<Layer> layers_;
   std::vector<void*> owned_;  // pools and view arrays (sidecars are owned by their layer)
-  TokenSlot* device_slots_ = nullptr;
-  char* staging_ = nullptr;
-  std::array<cudaEvent_t, kStages> stage_done_{};
-  bool events_made_ = false;
-  int next_stage_ = 0;
+  std::unique_ptr<TokenWriter> writer_;  // the token scatter and the staging ring
   std::vector<ClearRun> pending_;
 };
 

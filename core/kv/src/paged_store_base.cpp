@@ -1,5 +1,8 @@
 // Page bookkeeping shared by the CPU and CUDA paged stores.
 #include "sieve/kv/paged_store_base.hpp"
+#include "sieve/kv/paged_store.hpp"
+
+#include "sieve/kv/store_checks.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -9,26 +12,10 @@
 
 namespace sieve::kv {
 
-namespace {
-std::string geometry_problem(const sieve_kv_config& c) {
-  const auto& g = c.geometry;
-  if (g.hdr.struct_size < sizeof(sieve_geometry)) return "geometry struct is older than v1.0";
-  if (g.n_layers <= 0) return "n_layers must be > 0, got " + std::to_string(g.n_layers);
-  if (g.n_kv_heads <= 0) return "n_kv_heads must be > 0, got " + std::to_string(g.n_kv_heads);
-  if (g.head_dim <= 0) return "head_dim must be > 0, got " + std::to_string(g.head_dim);
-  if (g.page_size != 16 && g.page_size != 32 && g.page_size != 64)
-    return "page_size must be 16, 32 or 64, got " + std::to_string(g.page_size);
-  if (!is_float_storage(g.kv_dtype))
-    return "kv_dtype must be f32, f16 or bf16, got " + dtype_name(g.kv_dtype);
-  if (c.pages_per_layer <= 0)
-    return "pages_per_layer must be > 0, got " + std::to_string(c.pages_per_layer);
-  return {};
-}
-}  // namespace
 
 PagedStoreBase::PagedStoreBase(const sieve_host_services* services, const sieve_kv_config& config)
     : services_(services), config_(config) {
-  std::string p = geometry_problem(config_);
+  std::string p = config_problem(config_);
   require(p.empty(), SIEVE_ERR_INVALID_ARGUMENT, "KV store config: " + p);
   const int L = config_.geometry.n_layers;
   // Pages never used are handed out lowest id first from a counter rather than listed up front:
@@ -111,42 +98,8 @@ int32_t PagedStoreBase::take_page(int32_t layer) {
 
 void PagedStoreBase::append(const sieve_kv_append& a) {
   const auto& g = config_.geometry;
-  if (a.hdr.struct_size < sizeof(sieve_kv_append))
-    fail(SIEVE_ERR_VERSION, "append: argument struct older than v1.0");
-  check_layer(a.layer);
-  if (a.batch < 0) fail(SIEVE_ERR_INVALID_ARGUMENT, "append: negative batch");
-  if (a.batch > 0 && (!a.seq_ids || !a.token_indptr))
-    fail(SIEVE_ERR_INVALID_ARGUMENT, "append: seq_ids / token_indptr is null");
-  const int64_t n_tokens = a.batch ? a.token_indptr[a.batch] : 0;
-  auto check = [&](const DLTensor* t, const char* what, bool optional) {
-    if (optional && !t) return;
-    std::string p = check_tensor(t, what, 3, {n_tokens, g.n_kv_heads, g.head_dim});
-    if (!p.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, "append: " + p);
-    if (!is_float_storage(t->dtype))
-      fail(SIEVE_ERR_INVALID_ARGUMENT,
-           std::string("append: ") + what + " dtype " + dtype_name(t->dtype) + " is not f32/f16/bf16");
-    if (t->device.device_type != device().device_type)
-      fail(SIEVE_ERR_INVALID_ARGUMENT, std::string("append: ") + what + " is on " + device_name(t->device) +
-                                           ", the store is on " + device_name(device()));
-    if (stride(*t, 2) != 1)
-      fail(SIEVE_ERR_INVALID_ARGUMENT, std::string("append: ") + what + " must be unit-stride along head_dim");
-  };
-  if (n_tokens > 0) {
-    check(a.k, "k", false);
-    check(a.v, "v", false);
-    check(a.k_pre_rope, "k_pre_rope", true);
-    if (config_.keep_pre_rope_k && !a.k_pre_rope)
-      fail(SIEVE_ERR_INVALID_ARGUMENT, "append: this store keeps pre-RoPE keys, k_pre_rope is required");
-  }
-  // Plan every slot first so a capacity failure leaves the store unchanged.
-  for (int32_t b = 0; b < a.batch; ++b) {
-    if (a.token_indptr[b] > a.token_indptr[b + 1] || a.token_indptr[0] != 0)
-      fail(SIEVE_ERR_INVALID_ARGUMENT, "append: token_indptr is not non-decreasing from 0");
-    sequence(a.seq_ids[b]);
-    for (int32_t c = 0; c < b; ++c)
-      if (a.seq_ids[c] == a.seq_ids[b])
-        fail(SIEVE_ERR_INVALID_ARGUMENT, "append: sequence " + std::to_string(a.seq_ids[b]) + " listed twice");
-  }
+  check_append(a, config_, device());
+  for (int32_t b = 0; b < a.batch; ++b) sequence(a.seq_ids[b]);
   int64_t new_pages = 0;
   for (int32_t b = 0; b < a.batch; ++b) {
     const Sequence& s = sequence(a.seq_ids[b]);
@@ -161,7 +114,7 @@ void PagedStoreBase::append(const sieve_kv_append& a) {
                                  " free of " + std::to_string(config_.pages_per_layer));
   std::vector<TokenSlot>& slots = slots_;
   slots.clear();
-  slots.reserve(size_t(n_tokens));
+  slots.reserve(size_t(a.batch ? a.token_indptr[a.batch] : 0));
   for (int32_t b = 0; b < a.batch; ++b) {
     Sequence& s = sequence(a.seq_ids[b]);
     auto& pages = s.pages[a.layer];
@@ -292,27 +245,7 @@ void PagedStoreBase::view(int32_t layer, const int32_t* seq_ids, int32_t batch, 
 }
 
 int32_t PagedStoreBase::register_sidecar(const sieve_sidecar_desc& d) {
-  require(d.hdr.struct_size >= sizeof(sieve_sidecar_desc), SIEVE_ERR_VERSION,
-          "register_sidecar: descriptor struct older than v1.0");
-  require(d.name && *d.name, SIEVE_ERR_INVALID_ARGUMENT, "register_sidecar: empty name");
-  require(d.elems_per_head > 0, SIEVE_ERR_INVALID_ARGUMENT,
-          std::string("register_sidecar '") + d.name + "': elems_per_head must be > 0");
-  require(d.dtype.bits % 8 == 0 && d.dtype.bits > 0 && d.dtype.lanes == 1,
-          SIEVE_ERR_INVALID_ARGUMENT, std::string("register_sidecar '") + d.name + "': bad dtype");
-  for (const auto& s : sidecars_)
-    require(s.name != d.name, SIEVE_ERR_INVALID_ARGUMENT,
-            std::string("register_sidecar: '") + d.name + "' is already registered");
-  Sidecar s{d.name, d.dtype, d.elems_per_head,
-            size_t(config_.geometry.n_kv_heads) * d.elems_per_head * dtype_bytes(d.dtype)};
-  sidecars_.push_back(s);
-  int32_t slot = int32_t(sidecars_.size() - 1);
-  try {
-    allocate_sidecar(slot);
-  } catch (...) {
-    sidecars_.pop_back();
-    throw;
-  }
-  return slot;
+  return add_sidecar(sidecars_, d, config_.geometry.n_kv_heads, [this](int32_t slot) { allocate_sidecar(slot); });
 }
 
 void PagedStoreBase::sidecar(int32_t layer, int32_t slot, DLTensor* out) {
@@ -327,18 +260,7 @@ uint64_t PagedStoreBase::evict(int32_t layer, int32_t seq, const int32_t* logica
   Sequence& s = sequence(seq);
   auto& pages = s.pages[layer];
   const int32_t np = int32_t(pages.size());
-  require(n >= 0 && (n == 0 || logical), SIEVE_ERR_INVALID_ARGUMENT, "evict: null page list");
-  std::vector<char> mark(size_t(np), 0);
-  for (int32_t i = 0; i < n; ++i) {
-    int32_t p = logical[i];
-    require(p >= 0 && p < np, SIEVE_ERR_INVALID_ARGUMENT,
-            "evict: page " + std::to_string(p) + " out of range (sequence " + std::to_string(seq) +
-                " has " + std::to_string(np) + " pages in layer " + std::to_string(layer) + ")");
-    require(p != np - 1, SIEVE_ERR_INVALID_ARGUMENT,
-            "evict: page " + std::to_string(p) + " is the sequence's last page (appends continue there)");
-    require(!mark[p], SIEVE_ERR_INVALID_ARGUMENT, "evict: page " + std::to_string(p) + " listed twice");
-    mark[p] = 1;
-  }
+  const std::vector<char> mark = evict_marks(layer, seq, np, logical, n);
   std::vector<int32_t> freed, kept;
   kept.reserve(pages.size());
   for (int32_t i = 0; i < np; ++i) (mark[i] ? freed : kept).push_back(pages[i]);
@@ -348,17 +270,13 @@ uint64_t PagedStoreBase::evict(int32_t layer, int32_t seq, const int32_t* logica
   pages = std::move(kept);
   if (!freed.empty()) s.version[layer] = ++next_version_;  // views of this layer rebuild
   s.resident[layer] -= int32_t(freed.size()) * config_.geometry.page_size;  // never the last page
-  size_t side = 0;
-  for (const auto& sc : sidecars_) side += sc.bytes_per_page;
-  return uint64_t(freed.size()) * (kv_page_bytes() + side);
+  return uint64_t(freed.size()) * (kv_page_bytes() + sidecar_bytes_per_page(sidecars_));
 }
 
 uint64_t PagedStoreBase::bytes_in_use() const {
-  size_t side = 0;
-  for (const auto& sc : sidecars_) side += sc.bytes_per_page;
   uint64_t pages = 0;
   for (int64_t p : pages_in_use_) pages += uint64_t(p);
-  return pages * (kv_page_bytes() + side);
+  return pages * (kv_page_bytes() + sidecar_bytes_per_page(sidecars_));
 }
 
 }  // namespace sieve::kv

@@ -89,23 +89,9 @@ class PagedCpuStore final : public PagedStoreBase {
                     const int32_t* view_last) override {
     const auto& g = geometry();
     Layer& l = layers_[size_t(layer)];
-    const DLDataType st = g.kv_dtype;
     auto copy = [&](const DLTensor* src, const Mapping& dst) {
-      const char* base = data_ptr<const char>(*src);
-      const int64_t s0 = stride(*src, 0), s1 = stride(*src, 1);
-      for (const TokenSlot& ts : slots) {
-        for (int32_t h = 0; h < g.n_kv_heads; ++h) {
-          int64_t src_off = ts.src * s0 + h * s1;
-          int64_t dst_off = ((int64_t(ts.page) * g.n_kv_heads + h) * g.page_size + ts.offset) * g.head_dim;
-          if (same_dtype(src->dtype, st)) {
-            std::memcpy(dst.data() + dst_off * elem_bytes(), base + src_off * dtype_bytes(st),
-                        size_t(g.head_dim) * elem_bytes());
-          } else {
-            for (int32_t d = 0; d < g.head_dim; ++d)
-              store_float(dst.data(), st, dst_off + d, load_float(base, src->dtype, src_off + d));
-          }
-        }
-      }
+      scatter_tokens_cpu(slots, *src, compact_hnd(dst.data(), g.n_kv_heads, g.page_size, g.head_dim), g.kv_dtype,
+                         g.n_kv_heads, g.head_dim);
     };
     copy(a.k, l.k);
     copy(a.v, l.v);

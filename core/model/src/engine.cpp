@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "ops.hpp"
-#include "sieve/kv/paged_store.hpp"
 #include "sieve/util/error.hpp"
 
 namespace sieve::model {
@@ -105,44 +104,24 @@ void Engine::setup(const ModelWeights& w, runtime::ResolvedChains chains) {
     layers_.push_back(d);
   }
 
-  // One store for every layer, sized for max_batch sequences of max_seq_len tokens.
+  // One store for every layer, sized for max_batch sequences of max_seq_len tokens (the default).
   need_pre_q_ = (chains.needs & SIEVE_NEEDS_PRE_ROPE_Q) != 0;
   need_pre_k_ = (chains.needs & SIEVE_NEEDS_PRE_ROPE_K) != 0;
-  kv_api_ = options_.device.device_type == kDLCUDA ? kv::paged_cuda_store_api() : kv::paged_cpu_store_api();
-  require(kv_api_ != nullptr, SIEVE_ERR_UNSUPPORTED, "model: this build has no CUDA KV store");
-  sieve_kv_config kc{};
-  kc.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
-  kc.geometry = geometry_;
-  const int64_t pages = int64_t(options_.max_batch) * ((int64_t(geometry_.max_seq_len) + options_.page_size - 1) /
-                                                      options_.page_size);
-  require(pages <= INT32_MAX, SIEVE_ERR_CAPACITY,
-          "model: " + std::to_string(options_.max_batch) + " sequences of " + std::to_string(geometry_.max_seq_len) +
-              " tokens need " + std::to_string(pages) + " KV pages per layer, more than int32 page ids can name");
-  kc.pages_per_layer = int32_t(pages);
-  kc.keep_pre_rope_k = need_pre_k_ ? 1 : 0;
-  std::string reason;
-  sieve_reason_sink sink{&reason, [](void* c, const char* m) { *static_cast<std::string*>(c) = m ? m : ""; }};
-  if (sieve_status st = kv_api_->create(services_->table(), &kc, &kv_, sink); st != SIEVE_OK)
-    fail(st, "KV store '" + std::string(kv_api_->name) + "': " + reason);
-
-  runtime::LayerRunner::Options ro;
-  ro.check = options_.check;
-  ro.record_selections = options_.record_selections;
+  runtime::Session::Options so;
+  so.runner.check = options_.check;
+  so.runner.record_selections = options_.record_selections;
   try {
-    runner_ = std::make_unique<runtime::LayerRunner>(*services_, geometry_, kv_, kv_api_, std::move(chains), ro);
-  } catch (...) {
-    kv_api_->destroy(kv_);
-    kv_ = nullptr;
-    throw;
+    session_ = std::make_unique<runtime::Session>(*services_, geometry_, std::move(chains), so);
+  } catch (const Error& e) {
+    fail(e.status(), std::string("model: ") + e.what());
   }
 }
 
 Engine::~Engine() {
-  runner_.reset();  // instances go before the store they registered sidecars in
-  if (kv_) kv_api_->destroy(kv_);
-  for (Buffer* b : {&x_, &xb_, &q_, &k_, &v_, &q_pre_, &k_pre_, &att_, &h1_, &h3_, &tok_, &pos_, &qo_, &last_,
-                    &xlast_, &logits_})
-    if (b->ptr) ops_->free(b->ptr);
+  session_.reset();  // instances, store, plugins (session.hpp)
+  for (util::GrowBuffer* b : {&x_, &xb_, &q_, &k_, &v_, &q_pre_, &k_pre_, &att_, &h1_, &h3_, &tok_, &pos_, &qo_,
+                              &last_, &xlast_, &logits_})
+    b->release(*ops_);
   for (void* p : weight_ptrs_) ops_->free(p);
 }
 
@@ -153,23 +132,11 @@ float* Engine::upload(const std::vector<float>& v) {
   return static_cast<float*>(p);
 }
 
-void Engine::ensure(Buffer& b, size_t bytes) {
-  if (b.bytes >= bytes) return;
-  const size_t grown = std::max(bytes, b.bytes * 2);
-  if (b.ptr) ops_->free(b.ptr);
-  b.ptr = nullptr;
-  b.bytes = 0;
-  b.ptr = ops_->alloc(grown);
-  b.bytes = grown;
-}
-
 int32_t Engine::add_sequence() {
   require(int32_t(seq_pos_.size()) < options_.max_batch, SIEVE_ERR_CAPACITY,
           "model: " + std::to_string(seq_pos_.size()) + " sequences already, max_batch is " +
               std::to_string(options_.max_batch));
-  int32_t id = -1;
-  if (sieve_status st = kv_api_->add_sequence(kv_, &id); st != SIEVE_OK)
-    fail(st, "KV store add_sequence: " + std::string(kv_api_->last_error(kv_)));
+  const int32_t id = session_->add_sequence();
   seq_pos_[id] = 0;
   return id;
 }
@@ -177,7 +144,7 @@ int32_t Engine::add_sequence() {
 void Engine::remove_sequence(int32_t seq) {
   auto it = seq_pos_.find(seq);
   require(it != seq_pos_.end(), SIEVE_ERR_NOT_FOUND, "model: no sequence " + std::to_string(seq));
-  kv_api_->remove_sequence(kv_, seq);
+  session_->remove_sequence(seq);
   seq_pos_.erase(it);
 }
 
@@ -188,16 +155,11 @@ int32_t Engine::seq_len(int32_t seq) const {
 }
 
 int32_t Engine::resident_tokens(int32_t layer, int32_t seq) const {
-  int32_t len = 0;
-  if (sieve_status st = kv_api_->seq_len(kv_, layer, seq, &len); st != SIEVE_OK)
-    fail(st, "KV store seq_len: " + std::string(kv_api_->last_error(kv_)));
-  return len;
+  return session_->seq_len(layer, seq);
 }
 
 uint64_t Engine::kv_bytes() const {
-  uint64_t b = 0;
-  kv_api_->bytes_in_use(kv_, &b);
-  return b;
+  return session_->bytes_in_use();
 }
 
 void Engine::prefill(std::span<const int32_t> seq_ids, const std::vector<std::vector<int32_t>>& tokens,
@@ -231,11 +193,17 @@ void Engine::decode(std::span<const int32_t> seq_ids, std::span<const int32_t> t
   forward(SIEVE_PHASE_DECODE, seq_ids, qo, flat, positions, logits);
 }
 
-void Engine::forward(uint32_t phase, std::span<const int32_t> seq_ids, const std::vector<int32_t>& qo,
-                     const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
-                     std::vector<float>* logits) {
+// The tensors one call's layers read and write (views over the activation buffers) and the
+// LayerInputs the runtime sees; valid until the next call.
+struct Engine::CallViews {
+  int64_t q_shape[3], kv_shape[3], qo_shape[1];
+  DLTensor q{}, k{}, v{}, att{}, qo{}, q_pre{}, k_pre{};
+  runtime::LayerInputs in;
+};
+
+void Engine::check_call(std::span<const int32_t> seq_ids, const std::vector<int32_t>& qo,
+                        const std::vector<int32_t>& tokens) const {
   const int32_t batch = int32_t(seq_ids.size());
-  const int32_t n = int32_t(tokens.size());
   require(batch >= 1 && batch <= options_.max_batch, SIEVE_ERR_INVALID_ARGUMENT,
           "model: a call of " + std::to_string(batch) + " sequences (max_batch " + std::to_string(options_.max_batch) +
               ")");
@@ -252,108 +220,153 @@ void Engine::forward(uint32_t phase, std::span<const int32_t> seq_ids, const std
     require(t >= 0 && t < config_.vocab_size, SIEVE_ERR_INVALID_ARGUMENT,
             "model: token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                 std::to_string(config_.vocab_size) + ")");
+}
 
+void Engine::ensure_activations(int32_t n, int32_t batch) {
   const int32_t D = config_.dim, KV = config_.kv_dim(), F = config_.hidden_dim, V = config_.vocab_size;
+  const size_t N = size_t(n);
+  x_.ensure(*ops_, N * D * 4);
+  xb_.ensure(*ops_, N * D * 4);
+  q_.ensure(*ops_, N * D * 4);
+  k_.ensure(*ops_, N * KV * 4);
+  v_.ensure(*ops_, N * KV * 4);
+  att_.ensure(*ops_, N * D * 4);
+  h1_.ensure(*ops_, N * F * 4);
+  h3_.ensure(*ops_, N * F * 4);
+  tok_.ensure(*ops_, N * 4);
+  pos_.ensure(*ops_, N * 4);
+  qo_.ensure(*ops_, size_t(batch + 1) * 4);
+  last_.ensure(*ops_, size_t(batch) * 4);
+  xlast_.ensure(*ops_, size_t(batch) * D * 4);
+  logits_.ensure(*ops_, size_t(batch) * V * 4);
+  if (need_pre_q_) q_pre_.ensure(*ops_, N * D * 4);
+  if (need_pre_k_) k_pre_.ensure(*ops_, N * KV * 4);
+}
+
+void Engine::upload_call(uint32_t phase, std::span<const int32_t> seq_ids, const std::vector<int32_t>& qo,
+                         const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions, CallViews* v) {
+  const int32_t batch = int32_t(seq_ids.size()), n = int32_t(tokens.size());
   const int32_t hq = config_.n_heads, hkv = config_.n_kv_heads, hd = config_.head_dim();
   const size_t N = size_t(n);
-  ensure(x_, N * D * 4);
-  ensure(xb_, N * D * 4);
-  ensure(q_, N * D * 4);
-  ensure(k_, N * KV * 4);
-  ensure(v_, N * KV * 4);
-  ensure(att_, N * D * 4);
-  ensure(h1_, N * F * 4);
-  ensure(h3_, N * F * 4);
-  ensure(tok_, N * 4);
-  ensure(pos_, N * 4);
-  ensure(qo_, size_t(batch + 1) * 4);
-  ensure(last_, size_t(batch) * 4);
-  ensure(xlast_, size_t(batch) * D * 4);
-  ensure(logits_, size_t(batch) * V * 4);
-  if (need_pre_q_) ensure(q_pre_, N * D * 4);
-  if (need_pre_k_) ensure(k_pre_, N * KV * 4);
-  auto f = [](Buffer& b) { return static_cast<float*>(b.ptr); };
-  auto i32 = [](Buffer& b) { return static_cast<int32_t*>(b.ptr); };
-
-  ops_->to_device(tok_.ptr, tokens.data(), N * 4);
-  ops_->to_device(pos_.ptr, positions.data(), N * 4);
-  ops_->to_device(qo_.ptr, qo.data(), qo.size() * 4);
+  ops_->to_device(tok_.get(), tokens.data(), N * 4);
+  ops_->to_device(pos_.get(), positions.data(), N * 4);
+  ops_->to_device(qo_.get(), qo.data(), qo.size() * 4);
   std::vector<int32_t> last(static_cast<size_t>(batch));
   for (int32_t b = 0; b < batch; ++b) last[size_t(b)] = qo[size_t(b) + 1] - 1;
-  ops_->to_device(last_.ptr, last.data(), last.size() * 4);
+  ops_->to_device(last_.get(), last.data(), last.size() * 4);
 
   const DLDevice dev = options_.device;
-  int64_t q_shape[3] = {n, hq, hd}, kv_shape[3] = {n, hkv, hd}, qo_shape[1] = {batch + 1};
-  DLTensor tq = make_view(q_.ptr, dev, kF32, 3, q_shape), tk = make_view(k_.ptr, dev, kF32, 3, kv_shape),
-           tv = make_view(v_.ptr, dev, kF32, 3, kv_shape), tatt = make_view(att_.ptr, dev, kF32, 3, q_shape),
-           tqo = make_view(qo_.ptr, dev, kI32, 1, qo_shape), tq_pre{}, tk_pre{};
-  if (need_pre_q_) tq_pre = make_view(q_pre_.ptr, dev, kF32, 3, q_shape);
-  if (need_pre_k_) tk_pre = make_view(k_pre_.ptr, dev, kF32, 3, kv_shape);
+  v->q_shape[0] = n, v->q_shape[1] = hq, v->q_shape[2] = hd;
+  v->kv_shape[0] = n, v->kv_shape[1] = hkv, v->kv_shape[2] = hd;
+  v->qo_shape[0] = batch + 1;
+  v->q = make_view(q_.get(), dev, kF32, 3, v->q_shape);
+  v->k = make_view(k_.get(), dev, kF32, 3, v->kv_shape);
+  v->v = make_view(v_.get(), dev, kF32, 3, v->kv_shape);
+  v->att = make_view(att_.get(), dev, kF32, 3, v->q_shape);
+  v->qo = make_view(qo_.get(), dev, kI32, 1, v->qo_shape);
+  if (need_pre_q_) v->q_pre = make_view(q_pre_.get(), dev, kF32, 3, v->q_shape);
+  if (need_pre_k_) v->k_pre = make_view(k_pre_.get(), dev, kF32, 3, v->kv_shape);
 
-  runtime::LayerInputs in;
+  runtime::LayerInputs& in = v->in;
   in.phase = phase;
   in.step = phase == SIEVE_PHASE_DECODE ? step_ : 0;
   in.batch = batch;
   in.seq_ids = seq_ids.data();
   in.qo_indptr_host = qo.data();
-  in.qo_indptr = &tqo;
+  in.qo_indptr = &v->qo;
   in.positions_host = positions.data();
-  in.q = &tq;
-  in.q_pre_rope = need_pre_q_ ? &tq_pre : nullptr;
-  in.k = &tk;
-  in.v = &tv;
-  in.k_pre_rope = need_pre_k_ ? &tk_pre : nullptr;
+  in.q = &v->q;
+  in.q_pre_rope = need_pre_q_ ? &v->q_pre : nullptr;
+  in.k = &v->k;
+  in.v = &v->v;
+  in.k_pre_rope = need_pre_k_ ? &v->k_pre : nullptr;
+}
 
-  ops_->embed(i32(tok_), n, embedding_, D, f(x_));
+// x -> q, k, v (RoPE'd), attention through the layer's chain into att_, then x += att Wo^T.
+void Engine::attention_block(int32_t L, CallViews& v) {
+  const DeviceLayer& w = layers_[size_t(L)];
+  const int32_t D = config_.dim, KV = config_.kv_dim();
+  const int32_t hq = config_.n_heads, hkv = config_.n_kv_heads, hd = config_.head_dim();
+  const int32_t n = int32_t(v.q_shape[0]);
+  const size_t N = size_t(n);
+  float* x = x_.as<float>();
+  float* xb = xb_.as<float>();
+  ops_->rmsnorm(x, w.rms_att, n, D, config_.norm_eps, xb);
+  ops_->matmul(xb, n, D, w.wq, D, w.bq, q_.as<float>(), false);
+  ops_->matmul(xb, n, D, w.wk, KV, w.bk, k_.as<float>(), false);
+  ops_->matmul(xb, n, D, w.wv, KV, w.bv, v_.as<float>(), false);
+  if (need_pre_q_) ops_->copy(q_pre_.get(), q_.get(), N * D * 4);
+  if (need_pre_k_) ops_->copy(k_pre_.get(), k_.get(), N * KV * 4);
+  ops_->rope(q_.as<float>(), n, hq, hd, pos_.as<int32_t>(), config_.rope_theta);
+  ops_->rope(k_.as<float>(), n, hkv, hd, pos_.as<int32_t>(), config_.rope_theta);
+
+  runtime::LayerInputs& in = v.in;
+  in.layer = L;
+  std::string error;
+  if (sieve_status st = session_->runner().run_layer(in, &v.att, &error); st != SIEVE_OK) fail(st, error);
+  if (probe_) {
+    LayerProbe p;
+    p.layer = L;
+    p.phase = in.phase;
+    p.step = in.step;
+    p.batch = in.batch;
+    p.seq_ids = in.seq_ids;
+    p.qo_indptr_host = in.qo_indptr_host;
+    p.positions_host = in.positions_host;
+    p.q = &v.q;
+    p.out = &v.att;
+    p.kv = session_->store();
+    p.kv_api = session_->store_api();
+    p.services = services_.get();
+    p.runner = &session_->runner();
+    probe_(p);
+  }
+  ops_->matmul(att_.as<float>(), n, D, w.wo, D, nullptr, x, true);
+}
+
+// x += (silu(RMSNorm(x) W1^T) * (RMSNorm(x) W3^T)) W2^T
+void Engine::ffn_block(int32_t L, int32_t n) {
+  const DeviceLayer& w = layers_[size_t(L)];
+  const int32_t D = config_.dim, F = config_.hidden_dim;
+  float* x = x_.as<float>();
+  float* xb = xb_.as<float>();
+  ops_->rmsnorm(x, w.rms_ffn, n, D, config_.norm_eps, xb);
+  ops_->matmul(xb, n, D, w.w1, F, nullptr, h1_.as<float>(), false);
+  ops_->matmul(xb, n, D, w.w3, F, nullptr, h3_.as<float>(), false);
+  ops_->swiglu(h1_.as<float>(), h3_.as<float>(), int64_t(n) * F);
+  ops_->matmul(h1_.as<float>(), n, F, w.w2, D, nullptr, x, true);
+}
+
+// logits = RMSNorm(x_last) rms_final E^T for the last token of each sequence.
+void Engine::last_token_logits(int32_t batch, std::vector<float>* logits) {
+  const int32_t D = config_.dim, V = config_.vocab_size;
+  ops_->gather_rows(x_.as<float>(), last_.as<int32_t>(), batch, D, xlast_.as<float>());
+  ops_->rmsnorm(xlast_.as<float>(), rms_final_, batch, D, config_.norm_eps, xb_.as<float>());
+  ops_->matmul(xb_.as<float>(), batch, D, classifier_, V, nullptr, logits_.as<float>(), false);
+  logits->resize(size_t(batch) * V);
+  ops_->to_host(logits->data(), logits_.get(), logits->size() * 4);
+}
+
+void Engine::forward(uint32_t phase, std::span<const int32_t> seq_ids, const std::vector<int32_t>& qo,
+                     const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
+                     std::vector<float>* logits) {
+  check_call(seq_ids, qo, tokens);
+  const int32_t batch = int32_t(seq_ids.size()), n = int32_t(tokens.size());
+  ensure_activations(n, batch);
+  CallViews views;
+  upload_call(phase, seq_ids, qo, tokens, positions, &views);
+
+  ops_->embed(tok_.as<int32_t>(), n, embedding_, config_.dim, x_.as<float>());
   for (int32_t L = 0; L < config_.n_layers; ++L) {
-    const DeviceLayer& w = layers_[size_t(L)];
-    ops_->rmsnorm(f(x_), w.rms_att, n, D, config_.norm_eps, f(xb_));
-    ops_->matmul(f(xb_), n, D, w.wq, D, w.bq, f(q_), false);
-    ops_->matmul(f(xb_), n, D, w.wk, KV, w.bk, f(k_), false);
-    ops_->matmul(f(xb_), n, D, w.wv, KV, w.bv, f(v_), false);
-    if (need_pre_q_) ops_->copy(q_pre_.ptr, q_.ptr, N * D * 4);
-    if (need_pre_k_) ops_->copy(k_pre_.ptr, k_.ptr, N * KV * 4);
-    ops_->rope(f(q_), n, hq, hd, i32(pos_), config_.rope_theta);
-    ops_->rope(f(k_), n, hkv, hd, i32(pos_), config_.rope_theta);
-
-    in.layer = L;
-    std::string error;
-    if (sieve_status st = runner_->run_layer(in, &tatt, &error); st != SIEVE_OK) fail(st, error);
-    if (probe_) {
-      LayerProbe p;
-      p.layer = L;
-      p.phase = phase;
-      p.step = in.step;
-      p.batch = batch;
-      p.seq_ids = seq_ids.data();
-      p.qo_indptr_host = qo.data();
-      p.positions_host = positions.data();
-      p.q = &tq;
-      p.out = &tatt;
-      p.kv = kv_;
-      p.kv_api = kv_api_;
-      p.services = services_.get();
-      p.runner = runner_.get();
-      probe_(p);
-    }
-
-    ops_->matmul(f(att_), n, D, w.wo, D, nullptr, f(x_), true);
-    ops_->rmsnorm(f(x_), w.rms_ffn, n, D, config_.norm_eps, f(xb_));
-    ops_->matmul(f(xb_), n, D, w.w1, F, nullptr, f(h1_), false);
-    ops_->matmul(f(xb_), n, D, w.w3, F, nullptr, f(h3_), false);
-    ops_->swiglu(f(h1_), f(h3_), int64_t(n) * F);
-    ops_->matmul(f(h1_), n, F, w.w2, D, nullptr, f(x_), true);
+    attention_block(L, views);
+    ffn_block(L, n);
   }
   std::string error;
-  if (sieve_status st = runner_->end_step(phase, in.step, seq_ids.data(), batch, &error); st != SIEVE_OK)
+  if (sieve_status st = session_->runner().end_step(phase, views.in.step, seq_ids.data(), batch, &error);
+      st != SIEVE_OK)
     fail(st, error);
   for (int32_t b = 0; b < batch; ++b) seq_pos_[seq_ids[size_t(b)]] += qo[size_t(b) + 1] - qo[size_t(b)];
-
-  ops_->gather_rows(f(x_), i32(last_), batch, D, f(xlast_));
-  ops_->rmsnorm(f(xlast_), rms_final_, batch, D, config_.norm_eps, f(xb_));
-  ops_->matmul(f(xb_), batch, D, classifier_, V, nullptr, f(logits_), false);
-  logits->resize(size_t(batch) * V);
-  ops_->to_host(logits->data(), logits_.ptr, logits->size() * 4);
+  last_token_logits(batch, logits);
 }
 
 }  // namespace sieve::model

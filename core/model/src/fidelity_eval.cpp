@@ -200,10 +200,12 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
   rep.steps = N;
   rep.prompt_tokens = prompts;
 
-  // 1. Dense: no chain, the core's dense kernel everywhere.
+  // 1. Dense: no chain, the core's dense kernel everywhere, on the chain's KV store.
   GreedyRun dense;
   {
-    Engine engine(weights, eo, resolve_for_model(runtime::ChainSpec{}, registry, c, eo));
+    runtime::ChainSpec dense_spec;
+    dense_spec.kv_store = chain.kv_store;
+    Engine engine(weights, eo, resolve_for_model(dense_spec, registry, c, eo));
     // Untimed warm-up (thread pools, first-touch pages, CUDA context), so the dense and the chain
     // timings below both run warm.
     run_greedy(engine, prompts, std::min(N, 4), nullptr, false, nullptr);

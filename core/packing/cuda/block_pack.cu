@@ -19,8 +19,7 @@ constexpr int kPer = kBlockPackMaxD / kLanes;  // dimensions per lane
 
 __device__ __forceinline__ void load_key(const BlockPackLaunch& a, int32_t kvh, int64_t pos,
                                          int lane, float (&x)[kPer]) {
-  const int64_t off =
-      ((int64_t(a.pages[pos / a.page_size]) * a.hkv + kvh) * a.page_size + pos % a.page_size) * a.d;
+  const int64_t off = a.k_strides.row(a.pages[pos / a.page_size], kvh, pos % a.page_size);
 #pragma unroll
   for (int m = 0; m < kPer; ++m) {
     const int32_t i = lane + kLanes * m;

@@ -9,6 +9,7 @@
 #include "sieve/plugin/policy_api.hpp"
 #include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/error.hpp"
+#include "sieve/util/hook_names.hpp"
 #include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
 
@@ -367,6 +368,12 @@ sieve_status negotiate_entry(uint32_t host_major, uint32_t* plugin_major,
   if (host_major < mine->abi_major) return SIEVE_ERR_VERSION;
   *table = mine;
   return SIEVE_OK;
+}
+
+void detail::check_instance_hooks(uint32_t used, uint32_t overridden) {
+  if (used & ~overridden)
+    fail(SIEVE_ERR_INTERNAL, "use_hooks() names ", hook_names(used & ~overridden),
+         ", which the policy class does not override (it overrides ", hook_names(overridden), ")");
 }
 
 }  // namespace sieve::plugin

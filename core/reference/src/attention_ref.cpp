@@ -49,11 +49,12 @@ std::vector<double> gather(const sieve_attention_args& a, const DLTensor& pages,
   const int32_t len = kv_len(kv, b);
   const int32_t* ids = data_ptr<const int32_t>(kv.indices) + kv.indptr_host[b];
   const void* base = data_ptr<const void>(pages);
+  const PageStrides at = kernels::attention_shape(a).pages;  // checked by require_valid
   std::vector<double> x(size_t(len) * hkv * d);
   for (int32_t t = 0; t < len; ++t)
     for (int32_t g = 0; g < hkv; ++g)
       for (int32_t i = 0; i < d; ++i) {
-        const int64_t src = ((int64_t(ids[t / ps]) * hkv + g) * ps + t % ps) * d + i;
+        const int64_t src = at.row(ids[t / ps], g, t % ps) + i;
         x[(size_t(t) * hkv + g) * d + i] = load_float(base, pages.dtype, src);
       }
   return x;

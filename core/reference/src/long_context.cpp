@@ -8,6 +8,7 @@
 #include <string>
 
 #include "sieve/reference/cosine.hpp"
+#include "sieve/reference/statistics.hpp"
 #include "sieve/reference/workload.hpp"
 
 namespace sieve::reference {
@@ -237,10 +238,9 @@ AdjacencyStats measure_adjacency(const std::vector<float>& x, int32_t n, int32_t
   for (double c : cs) sum += c;
   st.mean = sum / double(cs.size());
   std::sort(cs.begin(), cs.end());
-  auto pct = [&](double p) { return cs[size_t(p * double(cs.size() - 1))]; };
-  st.p10 = pct(0.1);
-  st.p50 = pct(0.5);
-  st.p90 = pct(0.9);
+  st.p10 = lower_quantile(cs, 0.1);
+  st.p50 = lower_quantile(cs, 0.5);
+  st.p90 = lower_quantile(cs, 0.9);
   st.far_mean = far_n ? far_sum / double(far_n) : 0.0;
   return st;
 }

@@ -1,306 +1,22 @@
-// Chain specs: the compact and file forms (grammar in chain_spec.hpp), and their resolution
-// against the registry and a model's geometry.
+// Chain specs resolved against the registry and a model's geometry: policies, parameters, phases,
+// layers, capabilities and the KV store. Parsing and printing: chain_parse.cpp.
 #include "sieve/runtime/chain_spec.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
+#include <climits>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "sieve/runtime/descriptor_names.hpp"
+#include "sieve/runtime/policy_hooks.hpp"
 #include "sieve/util/dtype_dispatch.hpp"
-#include "sieve/util/printable.hpp"
-#include "sieve/util/error.hpp"
-#include "sieve/util/file_input.hpp"
 #include "sieve/util/status.hpp"
 
 namespace sieve::runtime {
 
 namespace {
-
-bool is_name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }
-bool is_id_char(char c) { return is_name_char(c) || (c >= 'A' && c <= 'Z'); }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-// What a bare (unquoted, unbracketed) parameter value may hold; to_string() quotes any other.
-bool is_bare_value_char(char c) {
-  return !(c == ',' || c == '(' || c == ')' || c == '[' || c == ']' || c == '"' || is_space(c) || c == ';' ||
-           c == '>');
-}
-
-// One parser over one text (the whole compact spec, or one line of a file). Instances with an id
-// are shared through `ids` across all the texts of one spec.
-class Parser {
- public:
-  Parser(const std::string& text, std::string source, ChainSpec* spec,
-         std::map<std::string, size_t>* ids)
-      : s_(text), source_(std::move(source)), spec_(spec), ids_(ids) {}
-
-  const std::string& error() const { return error_; }
-
-  // spec := rule (';' rule)*   (a trailing ';' is allowed)
-  bool parse_rules() {
-    skip_ws();
-    if (at_end()) return fail(pos_, "empty chain spec");
-    for (;;) {
-      if (!parse_rule()) return false;
-      skip_ws();
-      if (at_end()) return true;
-      if (peek() != ';')
-        return fail(pos_, "expected '>' or ';' after " + last_item_ + ", found " + found());
-      ++pos_;
-      skip_ws();
-      if (at_end()) return true;
-    }
-  }
-
-  // A file's declaration line: name@id(params), nothing else.
-  bool parse_declaration() {
-    skip_ws();
-    size_t start = pos_;
-    size_t inst;
-    if (!parse_item(&inst)) return false;
-    if (spec_->instances[inst].id.empty())
-      return fail(start, "a line without '=' declares an instance and needs an id: name@id(...)");
-    skip_ws();
-    if (!at_end()) return fail(pos_, "unexpected " + found() + " after the declaration");
-    return true;
-  }
-
-  std::string where(size_t at) const { return source_ + ", col " + std::to_string(at + 1); }
-
- private:
-  bool at_end() const { return pos_ >= s_.size(); }
-  char peek() const { return at_end() ? '\0' : s_[pos_]; }
-  void skip_ws() {
-    while (!at_end() && is_space(s_[pos_])) ++pos_;
-  }
-  std::string found() const {
-    if (at_end()) return "the end";
-    const size_t n = std::max<size_t>(1, detail::utf8_sequence(s_, pos_));  // all of a 'Δ'
-    return "'" + printable(std::string_view(s_).substr(pos_, n)) + "'";
-  }
-  bool fail(size_t at, const std::string& msg) {
-    error_ = where(at) + ": " + msg;
-    return false;
-  }
-  std::string read_while(bool (*pred)(char)) {
-    size_t b = pos_;
-    while (!at_end() && pred(s_[pos_])) ++pos_;
-    return s_.substr(b, pos_ - b);
-  }
-
-  bool parse_number(int32_t* v) {
-    size_t b = pos_;
-    std::string digits = read_while(is_digit);
-    if (digits.empty()) return false;
-    if (digits.size() > 9) return fail(b, "layer number " + digits + " is too large");
-    *v = std::stoi(digits);
-    return true;
-  }
-
-  // rule := [phase ':'] layers '=' chain
-  bool parse_rule() {
-    ChainRule rule;
-    skip_ws();
-    rule.where = where(pos_);
-    if (std::isalpha(static_cast<unsigned char>(peek()))) {
-      size_t b = pos_;
-      std::string word = read_while(is_id_char);
-      skip_ws();
-      if (peek() != ':')
-        return fail(b, "expected layers ('*', N, N-M or N-) or a phase ('prefill:' or 'decode:'), "
-                       "found '" + word + "'");
-      if (word == "prefill") rule.phases = SIEVE_PHASE_PREFILL;
-      else if (word == "decode") rule.phases = SIEVE_PHASE_DECODE;
-      else return fail(b, "unknown phase '" + word + "' (expected prefill or decode)");
-      ++pos_;
-      skip_ws();
-    }
-    if (peek() == '*') {
-      rule.all_layers = true;
-      ++pos_;
-    } else {
-      for (;;) {
-        skip_ws();
-        size_t b = pos_;
-        LayerRange r;
-        r.where = where(b);
-        if (!parse_number(&r.first)) {
-          if (!error_.empty()) return false;
-          return fail(pos_, "expected layers ('*', N, N-M or N-), found " + found());
-        }
-        r.last = r.first;
-        if (peek() == '-') {
-          ++pos_;
-          if (is_digit(peek())) {
-            if (!parse_number(&r.last)) return false;
-            if (r.last < r.first)
-              return fail(b, "empty layer range " + std::to_string(r.first) + "-" +
-                                 std::to_string(r.last));
-          } else {
-            r.last = -1;  // N-: to the last layer
-          }
-        }
-        rule.layers.push_back(r);
-        skip_ws();
-        if (peek() != ',') break;
-        ++pos_;
-      }
-    }
-    skip_ws();
-    if (peek() != '=') return fail(pos_, "expected '=' after layers, found " + found());
-    ++pos_;
-    // chain := item ('>' item)*
-    for (;;) {
-      size_t inst;
-      if (!parse_item(&inst)) return false;
-      rule.chain.push_back(inst);
-      skip_ws();
-      if (peek() != '>') break;
-      ++pos_;
-    }
-    spec_->rules.push_back(std::move(rule));
-    return true;
-  }
-
-  // item := name ['@' id] ['(' key=value (',' key=value)* ')']
-  bool parse_item(size_t* index) {
-    skip_ws();
-    const size_t start = pos_;
-    ChainInstance inst;
-    inst.where = where(start);
-    inst.plugin = read_while(is_name_char);
-    if (inst.plugin.empty())
-      return fail(pos_, "expected a policy name ([a-z0-9_]+), found " + found());
-    if (is_id_char(peek()))
-      return fail(pos_, "policy names are [a-z0-9_]+, found " + found());
-    if (peek() == '@') {
-      ++pos_;
-      inst.id = read_while(is_id_char);
-      if (inst.id.empty())
-        return fail(pos_, "expected an instance id ([A-Za-z0-9_]+) after '@', found " + found());
-    }
-    skip_ws();
-    if (peek() == '(') {
-      ++pos_;
-      skip_ws();
-      if (peek() == ')') {
-        ++pos_;
-      } else {
-        for (;;) {
-          skip_ws();
-          std::string key = read_while(is_name_char);
-          if (key.empty())
-            return fail(pos_, "expected a parameter name ([a-z0-9_]+), found " + found());
-          skip_ws();
-          if (peek() != '=')
-            return fail(pos_, "expected '=' after parameter '" + key + "', found " + found());
-          ++pos_;
-          skip_ws();
-          std::string value;
-          if (!parse_value(key, &value)) return false;
-          inst.params.emplace_back(key, value);
-          skip_ws();
-          if (peek() == ',') { ++pos_; continue; }
-          if (peek() == ')') { ++pos_; break; }
-          return fail(pos_, "expected ',' or ')' in the parameters of '" + inst.plugin +
-                                "', found " + found());
-        }
-        inst.params_given = true;
-      }
-    }
-    last_item_ = "'" + inst.label() + "'";
-    if (inst.id.empty()) {
-      spec_->instances.push_back(std::move(inst));
-      *index = spec_->instances.size() - 1;
-      return true;
-    }
-    auto it = ids_->find(inst.id);
-    if (it == ids_->end()) {
-      spec_->instances.push_back(std::move(inst));
-      *index = spec_->instances.size() - 1;
-      (*ids_)[spec_->instances.back().id] = *index;
-      return true;
-    }
-    ChainInstance& prev = spec_->instances[it->second];
-    if (prev.plugin != inst.plugin)
-      return fail(start, "instance @" + inst.id + " is '" + prev.plugin + "' at " + prev.where +
-                             ", here '" + inst.plugin + "'");
-    if (inst.params_given) {
-      if (prev.params_given)
-        return fail(start, "parameters of " + inst.label() + " are given twice (also at " +
-                               prev.where + ")");
-      prev.params = std::move(inst.params);
-      prev.params_given = true;
-    }
-    *index = it->second;
-    return true;
-  }
-
-  // value := '"' [^"]* '"' | '[' [^\]]* ']' | bare
-  bool parse_value(const std::string& key, std::string* value) {
-    const size_t b = pos_;
-    if (peek() == '"') {
-      size_t close = s_.find('"', pos_ + 1);
-      if (close == std::string::npos) return fail(b, "unterminated string for '" + key + "'");
-      *value = s_.substr(pos_ + 1, close - pos_ - 1);
-      pos_ = close + 1;
-      return true;
-    }
-    if (peek() == '[') {
-      size_t close = s_.find(']', pos_ + 1);
-      if (close == std::string::npos) return fail(b, "missing ']' in the list for '" + key + "'");
-      *value = s_.substr(pos_, close - pos_ + 1);
-      pos_ = close + 1;
-      return true;
-    }
-    *value = read_while(is_bare_value_char);
-    if (value->empty()) return fail(pos_, "expected a value for '" + key + "', found " + found());
-    return true;
-  }
-
-  const std::string& s_;
-  size_t pos_ = 0;
-  std::string source_;
-  ChainSpec* spec_;
-  std::map<std::string, size_t>* ids_;
-  std::string error_;
-  std::string last_item_;
-};
-
-// Strip a '#' comment that is not inside quotes.
-std::string strip_comment(const std::string& line) {
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == '"') quoted = !quoted;
-    else if (line[i] == '#' && !quoted) return line.substr(0, i);
-  }
-  return line;
-}
-
-// A declaration line has no '=' outside parentheses, brackets and quotes, and starts with an item
-// (a name followed by '@' or '('); anything else is parsed as rules, whose errors then explain.
-bool is_declaration_line(const std::string& line) {
-  int depth = 0;
-  bool quoted = false;
-  for (char c : line) {
-    if (c == '"') quoted = !quoted;
-    if (quoted) continue;
-    if (c == '(' || c == '[') ++depth;
-    else if (c == ')' || c == ']') --depth;
-    else if (c == '=' && depth == 0) return false;
-  }
-  size_t i = line.find_first_not_of(" \t");
-  size_t n = i;
-  while (n < line.size() && is_name_char(line[n])) ++n;
-  if (n == i) return false;
-  while (n < line.size() && (line[n] == ' ' || line[n] == '\t')) ++n;
-  return n == line.size() || line[n] == '@' || line[n] == '(';
-}
 
 std::string phase_label(uint32_t phase) { return phase == SIEVE_PHASE_PREFILL ? "prefill" : "decode"; }
 
@@ -355,101 +71,74 @@ std::string list_text(const int32_t* values, uint32_t n) {
   return out;
 }
 
+// The spec's store (default "paged") and its parameters; false after appending every problem.
+bool resolve_store(const ChainSpec& spec, const Registry& registry, const sieve_geometry& g, ResolvedStore* out,
+                   std::vector<std::string>* errors) {
+  const std::string name = spec.kv_store ? spec.kv_store->plugin : "paged";
+  const std::string where = spec.kv_store ? spec.kv_store->where + ": " : "";
+  const StoreEntry* e = registry.find_store(name);
+  if (!e) {
+    std::vector<std::string> names;
+    std::string avail;
+    for (const auto& st : registry.stores()) {
+      names.push_back(st.name);
+      avail += (avail.empty() ? "" : ", ") + st.name;
+    }
+    std::string line = where + "unknown KV store '" + name + "'";
+    if (std::string near = closest_name(name, names); !near.empty()) line += " (did you mean '" + near + "'?)";
+    errors->push_back(line + "; available: " + (avail.empty() ? "none" : avail));
+    return false;
+  }
+  const size_t before = errors->size();
+  ResolvedStore rs;
+  rs.entry = *e;
+  parse_params(e->params(), spec.kv_store ? spec.kv_store->params : ParamPairs{}, &rs.values, errors,
+               "KV store '" + name + "'");
+  const sieve_kv_store_descriptor& d = e->descriptor;
+  const std::string who = where + "KV store '" + name + "'";
+  if (d.devices && !device_supported(d.devices, g.device))
+    errors->push_back(who + " runs on " + device_names(d.devices) + ", not " + geometry_device_name(g.device));
+  if (d.dtypes && !(d.dtypes & dtype_bit(g.kv_dtype)))
+    errors->push_back(who + " stores " + dtype_names(d.dtypes) + ", not " + geometry_dtype_name(g.kv_dtype));
+  if (d.n_page_sizes && d.page_sizes && !listed(d.page_sizes, d.n_page_sizes, g.page_size))
+    errors->push_back(who + " takes page sizes " + list_text(d.page_sizes, d.n_page_sizes) + ", not " +
+                      std::to_string(g.page_size));
+  if (errors->size() != before) return false;
+  *out = std::move(rs);
+  return true;
+}
+
 }  // namespace
 
-bool parse_chain_spec(const std::string& text, ChainSpec* out, std::string* error) {
-  ChainSpec spec;
-  std::map<std::string, size_t> ids;
-  Parser p(text, "chain spec", &spec, &ids);
-  if (!p.parse_rules()) {
-    *error = p.error();
-    return false;
-  }
-  *out = std::move(spec);
-  return true;
-}
-
-bool parse_chain_file(const std::string& text, const std::string& source, ChainSpec* out,
-                      std::string* error) {
-  ChainSpec spec;
-  std::map<std::string, size_t> ids;
-  std::istringstream in(text);
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    line = strip_comment(line);
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    Parser p(line, source + ":" + std::to_string(n), &spec, &ids);
-    if (!(is_declaration_line(line) ? p.parse_declaration() : p.parse_rules())) {
-      *error = p.error();
-      return false;
-    }
-  }
-  if (spec.rules.empty()) {
-    *error = source + ": no chain rules (a rule looks like 'decode:0-4=quest')";
-    return false;
-  }
-  *out = std::move(spec);
-  return true;
-}
-
-bool parse_chain_argument(const std::string& text, ChainSpec* out, std::string* error) {
-  const size_t eq = text.find('='), paren = text.find('(');
-  const bool bare = eq == std::string::npos || (paren != std::string::npos && eq > paren);
-  return parse_chain_spec(bare ? "*=" + text : text, out, error);
-}
-
-bool load_chain_file(const std::string& path, ChainSpec* out, std::string* error) {
-  std::string text;
-  try {  // a regular file of at most 1 MiB (a FIFO would block, /dev/zero never end)
-    text = read_text_file(path, "chain file", 1 << 20);
-  } catch (const Error& e) {
-    *error = e.what();
-    return false;
-  }
-  return parse_chain_file(text, printable(path), out, error);
-}
-
-std::string to_string(const ChainSpec& spec) {
-  std::string out;
-  std::set<size_t> printed;  // an instance's parameters are written once, at its first item
-  for (const auto& r : spec.rules) {
-    if (!out.empty()) out += "; ";
-    if (r.phases == SIEVE_PHASE_PREFILL) out += "prefill:";
-    if (r.phases == SIEVE_PHASE_DECODE) out += "decode:";
-    if (r.all_layers) {
-      out += "*";
-    } else {
-      for (size_t i = 0; i < r.layers.size(); ++i) {
-        const auto& l = r.layers[i];
-        if (i) out += ",";
-        out += std::to_string(l.first);
-        if (l.last < 0) out += "-";
-        else if (l.last != l.first) {
-          out += "-";
-          out += std::to_string(l.last);
+std::vector<std::string> chain_hook_conflicts(
+    const std::array<std::vector<std::vector<size_t>>, 2>& chains, const std::vector<InstanceRole>& roles) {
+  // (phase, message) -> layers, so that a chain used on many layers gives one line.
+  std::map<std::pair<int, std::string>, std::vector<int32_t>> found;
+  for (int ph = 0; ph < 2; ++ph)
+    for (size_t l = 0; l < chains[ph].size(); ++l) {
+      std::string attenders, observers;
+      size_t n_attenders = 0;
+      for (size_t inst : chains[ph][l]) {
+        const InstanceRole& r = roles[inst];
+        if (r.hooks & SIEVE_HOOK_ATTEND) {
+          attenders += (n_attenders++ ? ", " : "") + r.label;
         }
+        if (r.needs_stats && (r.hooks & SIEVE_HOOK_OBSERVE))
+          observers += (observers.empty() ? "" : ", ") + r.label;
       }
+      if (n_attenders > 1)
+        found[{ph, "more than one policy implements attend (" + attenders +
+                       "); a chain may replace the core kernel only once"}]
+            .push_back(int32_t(l));
+      else if (n_attenders == 1 && !observers.empty())
+        found[{ph, observers + " asks for page statistics, which the core kernel computes, but " +
+                       attenders + " replaces it (attend)"}]
+            .push_back(int32_t(l));
     }
-    out += "=";
-    for (size_t k = 0; k < r.chain.size(); ++k) {
-      const auto& inst = spec.instances[r.chain[k]];
-      if (k) out += ">";
-      out += inst.label();
-      if (inst.params_given && printed.insert(r.chain[k]).second) {
-        out += "(";
-        for (size_t i = 0; i < inst.params.size(); ++i) {
-          const auto& v = inst.params[i].second;
-          // Written as it was read: a list as one '[...]' (its only ']' last), else bare when
-          // every character may be bare, else quoted (a value read from quotes holds no '"').
-          const bool list = !v.empty() && v.front() == '[' && v.find(']') == v.size() - 1;
-          const bool quote = !list && (v.empty() || !std::all_of(v.begin(), v.end(), is_bare_value_char));
-          if (i) out += ",";
-          out += inst.params[i].first + "=" + (quote ? "\"" + v + "\"" : v);
-        }
-        out += ")";
-      }
-    }
-  }
+  std::vector<std::string> out;
+  for (const auto& [key, layers] : found)
+    out.push_back("layers " + ranges_text(layers) + " (" +
+                  phase_label(key.first == 0 ? SIEVE_PHASE_PREFILL : SIEVE_PHASE_DECODE) + "): " + key.second);
   return out;
 }
 
@@ -550,28 +239,17 @@ bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve
     }
   }
 
-  // 3. At most one `attend` per (layer, phase); one line per offending chain, naming its layers.
-  std::map<std::pair<int, std::string>, std::vector<int32_t>> attend_conflicts;
-  for (int ph = 0; ph < 2; ++ph)
-    for (int32_t l = 0; l < n_layers; ++l) {
-      std::vector<std::string> attenders;
-      for (size_t inst : table[ph][l])
-        if (plugin[inst] && plugin[inst]->policy()->attend)
-          attenders.push_back(instances[inst].label());
-      if (attenders.size() > 1) {
-        std::string names;
-        for (auto& a : attenders) {
-          if (!names.empty()) names += ", ";
-          names += a;
-        }
-        attend_conflicts[{ph, names}].push_back(l);
-      }
-    }
-  for (const auto& [key, layers] : attend_conflicts)
-    errors->push_back("layers " + ranges_text(layers) + " (" +
-                      phase_label(key.first == 0 ? SIEVE_PHASE_PREFILL : SIEVE_PHASE_DECODE) +
-                      "): more than one policy implements attend (" + key.second +
-                      "); a chain may replace the core kernel only once");
+  // 3. At most one `attend` per (layer, phase), and no statistics where it is replaced. A table
+  //    that answers instance_hooks says its hooks only after create: the layer runner checks it.
+  std::vector<InstanceRole> roles(instances.size());
+  for (size_t i = 0; i < instances.size(); ++i) {
+    roles[i].label = instances[i].label();
+    if (!plugin[i]) continue;
+    const sieve_policy_api& api = *plugin[i]->policy();
+    roles[i].hooks = hooks_per_instance(api) ? 0 : table_hooks(api);
+    roles[i].needs_stats = (plugin[i]->descriptor()->needs & SIEVE_NEEDS_PAGE_STATS) != 0;
+  }
+  for (auto& line : chain_hook_conflicts(table, roles)) errors->push_back(std::move(line));
 
   // 4. What each instance serves after the overrides; instances that serve nothing are dropped.
   std::vector<uint32_t> phases(instances.size(), 0);
@@ -623,6 +301,8 @@ bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve
       for (const auto& r : reasons) spdlog::warn("{}{} (validate() accepted the geometry)", who, r);
     }
   }
+  ResolvedStore store;
+  resolve_store(spec, registry, geometry, &store, errors);
   if (errors->size() != errors_before) return false;
   for (const auto& label : unused)
     spdlog::info("chain: {} serves no layer (unused, or overridden by later rules); not created", label);
@@ -630,6 +310,7 @@ bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve
   // 6. The resolved chains, with instances renumbered to the ones that serve something.
   ResolvedChains rc;
   rc.n_layers = n_layers;
+  rc.store = std::move(store);
   std::vector<size_t> remap(instances.size(), SIZE_MAX);
   for (size_t i = 0; i < instances.size(); ++i) {
     if (!phases[i]) continue;

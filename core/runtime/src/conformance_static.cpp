@@ -1,238 +1,20 @@
-// Static ABI conformance (see conformance.hpp) and the process isolation both parts run under.
-#include <spdlog/spdlog.h>
-
+// Static ABI conformance (see conformance.hpp): the plugin file, its entry point, major
+// negotiation, tables, descriptor and schema, validate() and create() on good and bad input.
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
 #include <map>
-#include <mutex>
 
-#include "child_process.hpp"
+#include "conformance_isolation.hpp"
+#include "conformance_mock_host.hpp"
 #include "sieve/runtime/conformance.hpp"
 #include "sieve/runtime/descriptor_names.hpp"
+#include "sieve/runtime/params.hpp"
 #include "sieve/util/abi_v1_0.hpp"
 #include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/status.hpp"
-#include "sieve/runtime/params.hpp"
 
 namespace sieve::runtime {
 
-bool ConformReport::passed() const {
-  if (checks.empty()) return false;
-  for (const auto& c : checks)
-    if (!c.passed && !c.skipped) return false;
-  return true;
-}
-const ConformCheck* ConformReport::find(const std::string& name) const {
-  for (const auto& c : checks)
-    if (c.name == name) return &c;
-  return nullptr;
-}
-void ConformReport::pass(const std::string& name, const std::string& detail) {
-  checks.push_back({name, true, false, detail});
-}
-void ConformReport::fail(const std::string& name, const std::string& detail) {
-  checks.push_back({name, false, false, detail});
-}
-void ConformReport::skip(const std::string& name, const std::string& detail) {
-  checks.push_back({name, false, true, detail});
-}
-
 namespace {
-
-// ---- Where check results go: straight into a report, or through a pipe from a child ---------
-
-class CheckSink {
- public:
-  virtual ~CheckSink() = default;
-  virtual void begin(const std::string& name) = 0;  // a check that calls plugin code starts
-  virtual void done(const ConformCheck& check) = 0;
-  virtual void end() {}  // the part that was begun finished without a check of that name
-  void pass(const std::string& n, const std::string& d = "") { done({n, true, false, d}); }
-  void fail(const std::string& n, const std::string& d) { done({n, false, false, d}); }
-  void skip(const std::string& n, const std::string& d) { done({n, false, true, d}); }
-};
-
-class ReportSink : public CheckSink {
- public:
-  explicit ReportSink(ConformReport* r) : r_(r) {}
-  void begin(const std::string&) override {}
-  void done(const ConformCheck& c) override { r_->checks.push_back(c); }
-
- private:
-  ConformReport* r_;
-};
-
-// Record: kind ('B' begin / 'C' check), passed, skipped, name length + bytes, detail length + bytes.
-class PipeSink : public CheckSink {
- public:
-  explicit PipeSink(int fd) : fd_(fd) {}
-  void begin(const std::string& name) override { send('B', {name, false, false, ""}); }
-  void done(const ConformCheck& c) override { send('C', c); }
-  void end() override { send('E', {}); }
-
- private:
-  void send(char kind, const ConformCheck& c) {
-    std::string rec(1, kind);
-    rec += char(c.passed);
-    rec += char(c.skipped);
-    auto put = [&](const std::string& s) {
-      uint32_t n = uint32_t(s.size());
-      rec.append(reinterpret_cast<const char*>(&n), sizeof n);
-      rec += s;
-    };
-    put(c.name);
-    put(c.detail);
-    write_all(fd_, rec);  // false: the parent is gone, nothing to report to
-  }
-  int fd_;
-};
-
-// Parse the records a child sent; returns the name of a check begun but not completed.
-std::string read_records(const std::string& buf, ConformReport* report) {
-  std::string pending;
-  size_t at = 0;
-  auto get = [&](std::string* s) {
-    uint32_t n;
-    if (at + sizeof n > buf.size()) return false;
-    std::memcpy(&n, buf.data() + at, sizeof n);
-    at += sizeof n;
-    if (at + n > buf.size()) return false;
-    *s = buf.substr(at, n);
-    at += n;
-    return true;
-  };
-  while (at + 3 <= buf.size()) {
-    char kind = buf[at];
-    ConformCheck c;
-    c.passed = buf[at + 1] != 0;
-    c.skipped = buf[at + 2] != 0;
-    at += 3;
-    if (!get(&c.name) || !get(&c.detail)) break;
-    if (kind == 'B') {
-      pending = c.name;
-    } else if (kind == 'E') {
-      pending.clear();
-    } else {
-      report->checks.push_back(c);
-      if (c.name == pending) pending.clear();
-    }
-  }
-  return pending;
-}
-
-// Run `body` in a forked child (child_process.hpp); its checks come back through a pipe. A crash
-// or a hang fails the check that was running. Falls back to running in-process if fork() fails.
-void run_isolated(const std::function<void(CheckSink&)>& body, const std::string& part,
-                  const std::vector<std::string>& expected, const ConformOptions& options,
-                  ConformReport* report) {
-  ChildResult child;
-  if (options.isolate)
-    child = run_in_child(
-        [&](int fd) {
-          PipeSink sink(fd);
-          try {
-            body(sink);
-          } catch (const std::exception& e) {
-            sink.fail(part, std::string("conformance harness error: ") + e.what());
-          }
-        },
-        std::chrono::seconds(options.timeout_s));
-  if (!child.forked) {
-    ReportSink sink(report);
-    body(sink);
-    return;
-  }
-  std::string pending = read_records(child.output, report);
-  std::string during = pending.empty() ? part : pending;
-  const bool timed_out = child.timed_out;
-  if (timed_out) {
-    report->fail(during, "timed out after " + std::to_string(options.timeout_s) +
-                             " s (the plugin hangs); later " + part + " checks did not run");
-  } else if (child.term_signal) {
-    report->fail(during, std::string("plugin crashed (") + strsignal(child.term_signal) +
-                             ", signal " + std::to_string(child.term_signal) + "); later " + part +
-                             " checks did not run");
-  } else if (child.exit_status) {
-    report->fail(during, "the plugin ended the process with exit status " +
-                             std::to_string(child.exit_status));
-  } else if (!pending.empty()) {
-    report->fail(pending, "the check started but never finished (the plugin exited?)");
-  }
-  if (child.died())  // the checks the child never reached are listed, as not run
-    for (const auto& name : expected)
-      if (!report->find(name))
-        report->skip(name, "not run: the plugin " +
-                               std::string(timed_out ? "hung" : "crashed") + " in " + during);
-}
-
-// ---- Minimal host services for create(): aligned_alloc memory, spdlog logging ----------------
-
-struct MockHost {
-  std::mutex mu;
-  std::map<void*, size_t> live;  // outstanding allocations -> bytes
-};
-
-void* mock_alloc(void* ctx, DLDevice dev, size_t bytes, size_t alignment) {
-  if (dev.device_type != kDLCPU) return nullptr;  // static conformance has no device memory
-  auto* h = static_cast<MockHost*>(ctx);
-  alignment = std::max<size_t>(alignment, 16);
-  if (alignment & (alignment - 1)) return nullptr;
-  size_t rounded = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
-  void* p = std::aligned_alloc(alignment, rounded);
-  if (p) {
-    std::lock_guard<std::mutex> lock(h->mu);
-    h->live[p] = bytes;
-  }
-  return p;
-}
-void mock_free(void* ctx, DLDevice, void* p) {
-  if (!p) return;
-  auto* h = static_cast<MockHost*>(ctx);
-  std::lock_guard<std::mutex> lock(h->mu);
-  if (h->live.erase(p)) std::free(p);
-  else spdlog::error("conformance host: free() of a pointer it did not allocate");
-}
-void* mock_stream(void*) { return nullptr; }
-void mock_log(void*, sieve_log_level level, const char* source, const char* message) {
-  auto lvl = level >= SIEVE_LOG_ERROR ? spdlog::level::err
-             : level == SIEVE_LOG_WARN ? spdlog::level::warn
-             : level == SIEVE_LOG_INFO ? spdlog::level::info
-                                        : spdlog::level::debug;
-  spdlog::log(lvl, "[{}] {}", source ? source : "?", message ? message : "");
-}
-uint64_t mock_now(void*) {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-sieve_status mock_attend(void*, const sieve_attention_args*) { return SIEVE_ERR_UNSUPPORTED; }
-const char* mock_kernel_error(void*) { return "static conformance runs no kernels"; }
-void mock_metric(void*, const char*, int32_t, int32_t, double) {}
-
-// ---- The static checks -------------------------------------------------------------------------
-
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) out += "; ";
-    out += v[i];
-  }
-  return out;
-}
-
-struct Reasons {
-  std::vector<std::string> lines;
-  bool null_message = false;
-  sieve_reason_sink sink() {
-    return {this, [](void* ctx, const char* m) {
-              auto* r = static_cast<Reasons*>(ctx);
-              if (!m) r->null_message = true;
-              else r->lines.push_back(m);
-            }};
-  }
-};
 
 std::string geometry_text(const sieve_geometry& g) {
   const uint32_t bit = dtype_bit(g.kv_dtype);
@@ -240,7 +22,6 @@ std::string geometry_text(const sieve_geometry& g) {
          ", " + std::to_string(g.n_q_heads) + "q/" + std::to_string(g.n_kv_heads) + "kv heads, " +
          dtype_names(bit) + ", " + (g.device.device_type == kDLCUDA ? "cuda" : "cpu");
 }
-
 
 int32_t unlisted(const int32_t* v, uint32_t n, std::initializer_list<int32_t> candidates) {
   for (int32_t c : candidates)
@@ -448,9 +229,7 @@ class StaticChecks {
     Reasons r;
     sieve_status st = table_->policy->validate(&g, defaults_.data(), defaults_.size(), r.sink());
     std::string reasons = r.lines.empty() ? "no reason" : "reasons: " + join(r.lines);
-    bool empty_reason = r.null_message ||
-                        std::any_of(r.lines.begin(), r.lines.end(),
-                                    [](const std::string& l) { return l.empty(); });
+    const bool empty_reason = r.empty_line();
     if (expect_ok) {
       if (st == SIEVE_OK && r.lines.empty()) pass(name, what);
       else if (st == SIEVE_OK) fail(name, what + ": SIEVE_OK but it also gave " + reasons);
@@ -556,14 +335,10 @@ class StaticChecks {
     mark(name);
     s_.begin(name);
     MockHost host;
-    sieve_kernels kernels{SIEVE_HEADER_INIT(sieve_kernels), mock_attend, mock_kernel_error};
-    sieve_host_services services{SIEVE_HEADER_INIT(sieve_host_services), &host, mock_alloc,
-                                 mock_free, mock_stream, mock_log, mock_now, &kernels,
-                                 mock_metric};
     Reasons err;
     sieve_policy* inst = nullptr;
     const auto* api = table_->policy;
-    sieve_status st = api->create(&services, &g, values, n_values, nullptr, nullptr, &inst, err.sink());
+    sieve_status st = api->create(host.services(), &g, values, n_values, nullptr, nullptr, &inst, err.sink());
     if (st == SIEVE_OK) {
       if (inst) api->destroy(inst);
       fail(name, what + ": create() returned SIEVE_OK");
@@ -571,8 +346,8 @@ class StaticChecks {
     }
     std::vector<std::string> bad;
     if (err.lines.empty() || err.null_message) bad.push_back("no error line through the err sink");
-    if (!host.live.empty())
-      bad.push_back(std::to_string(host.live.size()) + " host allocation(s) not freed");
+    if (const size_t live = host.live_allocations())
+      bad.push_back(std::to_string(live) + " host allocation(s) not freed");
     if (bad.empty())
       pass(name, what + ": " + status_name(st) + ", \"" + err.lines.front() + "\"");
     else
@@ -604,77 +379,6 @@ class StaticChecks {
 
 }  // namespace
 
-// A geometry the descriptor declares it supports.
-sieve_geometry declared_geometry(const sieve_policy_descriptor& d) {
-  sieve_geometry g{};
-  g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-  g.n_layers = 4;
-  g.n_q_heads = 8;
-  g.n_kv_heads = 2;
-  g.head_dim = d.n_head_dims ? d.head_dims[0] : 128;
-  for (uint32_t i = 0; i < d.n_head_dims; ++i)  // prefer a common size when several are listed
-    if (d.head_dims[i] == 128) g.head_dim = 128;
-  g.page_size = d.n_page_sizes ? d.page_sizes[0] : 16;
-  for (uint32_t i = 0; i < d.n_page_sizes; ++i)
-    if (d.page_sizes[i] == 16) g.page_size = 16;
-  g.max_batch = 4;
-  g.max_seq_len = 4096;
-  g.kv_dtype = (d.dtypes & SIEVE_DTYPE_F32)   ? DLDataType{kDLFloat, 32, 1}
-               : (d.dtypes & SIEVE_DTYPE_F16) ? DLDataType{kDLFloat, 16, 1}
-                                              : DLDataType{kDLBfloat, 16, 1};
-  g.device = (d.devices & SIEVE_DEVICE_CPU) ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, 0};
-  g.rope_theta = 10000.f;
-  g.rope_dim = g.head_dim;
-  return g;
-}
-
-sieve_geometry declared_geometry(const sieve_policy_descriptor& d, const GeometryOverride& o) {
-  sieve_geometry g = declared_geometry(d);
-  if (o.n_q_heads) g.n_q_heads = o.n_q_heads;
-  if (o.n_kv_heads) g.n_kv_heads = o.n_kv_heads;
-  if (o.head_dim) g.head_dim = g.rope_dim = o.head_dim;
-  if (o.page_size) g.page_size = o.page_size;
-  if (o.kv_dtype.bits) g.kv_dtype = o.kv_dtype;
-  if (o.n_layers) g.n_layers = o.n_layers;
-  return g;
-}
-
-bool parse_geometry_override(const std::string& text, GeometryOverride* out, std::string* error) {
-  GeometryOverride g;
-  auto bad = [&](const std::string& m) {
-    if (error) *error = "--geometry '" + text + "': " + m;
-    return false;
-  };
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos) return bad("'" + item + "' is not key=value");
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    if (key == "dtype") {
-      if (value == "f32") g.kv_dtype = DLDataType{kDLFloat, 32, 1};
-      else if (value == "f16") g.kv_dtype = DLDataType{kDLFloat, 16, 1};
-      else if (value == "bf16") g.kv_dtype = DLDataType{kDLBfloat, 16, 1};
-      else return bad("dtype '" + value + "': allowed are f32, f16, bf16");
-      continue;
-    }
-    int32_t* field = key == "hq" ? &g.n_q_heads : key == "hkv" ? &g.n_kv_heads : key == "d" ? &g.head_dim
-                   : key == "page" ? &g.page_size : key == "layers" ? &g.n_layers : nullptr;
-    if (!field) return bad("unknown key '" + key + "': allowed are hq, hkv, d, page, dtype, layers");
-    char* end = nullptr;
-    const long v = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end || v < 1 || v > 65536) return bad(key + " = '" + value + "': an integer in [1, 65536]");
-    *field = int32_t(v);
-  }
-  if (g.n_q_heads && g.n_kv_heads && g.n_q_heads % g.n_kv_heads)
-    return bad("hq " + std::to_string(g.n_q_heads) + " is not a multiple of hkv " + std::to_string(g.n_kv_heads));
-  *out = g;
-  return true;
-}
-
 ConformReport conform_static(const std::string& path, const ConformOptions& options) {
   ConformReport report;
   report.plugin_path = path;
@@ -694,31 +398,6 @@ bool static_gate_passed(const ConformReport& report) {
     if (!c || (!c->passed && !c->skipped)) return false;
   }
   return true;
-}
-
-ConformReport conform(const std::string& path, const ConformOptions& options) {
-  ConformReport report = conform_static(path, options);
-  if (!static_gate_passed(report)) {
-    report.skip("numeric", "not run: the static checks it relies on failed");
-    return report;
-  }
-  run_isolated(
-      [&](CheckSink& sink) {
-        LoadedPlugin plugin;
-        std::string err;
-        if (!load_plugin(path, &plugin, &err)) {
-          sink.fail("numeric", "loading for the numeric checks failed: " + err);
-          return;
-        }
-        sink.begin("numeric");
-        ConformReport part;
-        part.plugin_path = path;
-        conform_numeric(plugin, &part, options);
-        for (const auto& c : part.checks) sink.done(c);
-        sink.end();
-      },
-      "numeric", {}, options, &report);
-  return report;
 }
 
 }  // namespace sieve::runtime

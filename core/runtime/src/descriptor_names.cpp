@@ -3,6 +3,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "sieve/kv_store.h"
 #include "sieve/policy.h"
 
 namespace sieve::runtime {
@@ -34,6 +35,15 @@ std::string needs_names(uint32_t v) {
                        {SIEVE_NEEDS_PRE_ROPE_Q, "pre_rope_q"},
                        {SIEVE_NEEDS_WEIGHTS_FILE, "weights_file"},
                        {SIEVE_NEEDS_SIDECARS, "sidecars"}});
+}
+std::string kv_layout_names(uint32_t layouts) {
+  return bit_names(layouts, {{SIEVE_KV_LAYOUT_HND, "hnd"}, {SIEVE_KV_LAYOUT_NHD, "nhd"},
+                             {SIEVE_KV_LAYOUT_COMBINED, "combined"}});
+}
+std::string kv_feature_names(uint32_t features) {
+  return bit_names(features, {{SIEVE_KV_FEATURE_SIDECARS, "sidecars"}, {SIEVE_KV_FEATURE_EVICTION, "eviction"},
+                              {SIEVE_KV_FEATURE_PRE_ROPE_K, "pre_rope_k"},
+                              {SIEVE_KV_FEATURE_ENGINE_PAGES, "engine_pages"}});
 }
 std::string selection_heads_name(uint32_t h) {
   switch (h) {

@@ -15,13 +15,14 @@
 #include <vector>
 
 #include "sieve/kernels/attention_args.hpp"
-#include "sieve/kv/paged_store.hpp"
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/layer_runner.hpp"
 #include "sieve/runtime/params.hpp"
 #include "sieve/runtime/registry.hpp"
+#include "sieve/runtime/session.hpp"
 #include "sieve/util/error.hpp"
+#include "sieve/util/grow_buffer.hpp"
 #include "sieve/util/tensor.hpp"
 
 using namespace sieve;
@@ -49,24 +50,21 @@ struct sieve_chain {
 };
 
 struct sieve_session {
-  std::unique_ptr<HostServices> services;
-  sieve_geometry geometry{};
-  const sieve_kv_store_api* kv_api = nullptr;
-  sieve_kv_store* kv = nullptr;
-  std::unique_ptr<LayerRunner> runner;
+  std::unique_ptr<HostServices> services;  // outlives the session below
+  std::unique_ptr<Session> session;
   std::string error;
   // Tokens taken per sequence and layer: the default positions of the next tokens.
   std::unordered_map<int32_t, std::vector<int32_t>> taken;
   std::vector<int32_t> positions;
-  // qo_indptr on the attention device (grown when a call has a larger batch).
-  void* qo_device = nullptr;
-  size_t qo_capacity = 0;
+  util::GrowBuffer qo_device;  // qo_indptr on the attention device
   uint64_t steps[2] = {0, 0};
 
   ~sieve_session() {
-    runner.reset();  // policy instances before the store they registered sidecars on
-    if (kv) kv_api->destroy(kv);
-    if (qo_device) services->table()->free(services->table()->host_ctx, services->device(), qo_device);
+    session.reset();  // instances, then the store, then the plugins (session.hpp)
+    if (services) {
+      auto memory = services->device_memory();
+      qo_device.release(memory);
+    }
   }
 };
 
@@ -135,6 +133,18 @@ void check_tensor(const DLTensor* t, const char* what, DLDevice device, int64_t 
           SIEVE_ERR_INVALID_ARGUMENT, std::string(what) + " must be f32, f16 or bf16");
 }
 
+// A schema's element stride: its first element's struct_size (params.hpp's rule).
+uint32_t param_stride(const sieve_param_spec* params, uint32_t n) {
+  return n && params ? params->hdr.struct_size : uint32_t(sizeof(sieve_param_spec));
+}
+
+std::vector<const StoreEntry*> builtin_stores(const Registry& r) {
+  std::vector<const StoreEntry*> out;
+  for (const StoreEntry& e : r.stores())
+    if (e.builtin()) out.push_back(&e);
+  return out;
+}
+
 }  // namespace
 
 extern "C" {
@@ -180,7 +190,7 @@ sieve_status sieve_runtime_plugin_count(sieve_runtime* rt, uint32_t* count) {
   if (!rt) return SIEVE_ERR_INVALID_ARGUMENT;
   return guarded(&rt->error, [&] {
     require(count != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "plugin_count: count is NULL");
-    *count = uint32_t(rt->plugins().plugins().size());
+    *count = uint32_t(rt->plugins().plugins().size() + builtin_stores(rt->plugins()).size());
     return SIEVE_OK;
   });
 }
@@ -191,21 +201,48 @@ sieve_status sieve_runtime_plugin_info(sieve_runtime* rt, uint32_t index, sieve_
     require(info != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "plugin_info: info is NULL");
     require(info->hdr.struct_size >= sizeof(sieve_header), SIEVE_ERR_VERSION,
             "plugin_info: set info->hdr with SIEVE_HEADER_INIT(sieve_plugin_info)");
+    // The plugins in search order, then the runtime's own stores (builtin = 1).
     const auto& all = rt->plugins().plugins();
-    require(index < all.size(), SIEVE_ERR_NOT_FOUND,
-            "plugin index " + std::to_string(index) + " (there are " + std::to_string(all.size()) + ")");
-    const LoadedPlugin& p = all[index];
+    const std::vector<const StoreEntry*> builtins = builtin_stores(rt->plugins());
+    require(index < all.size() + builtins.size(), SIEVE_ERR_NOT_FOUND,
+            "plugin index " + std::to_string(index) + " (there are " + std::to_string(all.size() + builtins.size()) +
+                ")");
     sieve_plugin_info full{};
     full.hdr = SIEVE_HEADER_INIT(sieve_plugin_info);
-    full.name = p.name();
-    full.path = rt->stable(p.path);
-    full.abi_major = p.plugin_major;
-    full.abi_minor = p.table->hdr.version;
-    full.descriptor = p.descriptor();
-    if (const sieve_policy_api* api = p.policy()) {
-      full.params = api->params;
-      full.n_params = api->n_params;
-      full.params_stride = api->n_params && api->params ? api->params->hdr.struct_size : uint32_t(sizeof(sieve_param_spec));
+    const StoreEntry* store = nullptr;
+    if (index < all.size()) {
+      const LoadedPlugin& p = all[index];
+      full.name = p.name();
+      full.path = rt->stable(p.path);
+      full.abi_major = p.plugin_major;
+      full.abi_minor = p.table->hdr.version;
+      full.descriptor = p.descriptor();
+      if (const sieve_policy_api* api = p.policy()) {
+        full.params = api->params;
+        full.n_params = api->n_params;
+        full.params_stride = param_stride(api->params, api->n_params);
+      }
+      if (!p.tools().empty()) {  // checked at load: one stride, each entry well formed
+        full.tools = p.table->tools;
+        full.n_tools = p.table->n_tools;
+      }
+      for (const StoreEntry& e : rt->plugins().stores())
+        if (e.plugin.table == p.table) store = &e;
+    } else {
+      store = builtins[index - all.size()];
+      full.name = store->descriptor.name;
+      full.path = "built-in";
+      full.abi_major = SIEVE_ABI_MAJOR;
+      full.abi_minor = SIEVE_ABI_MINOR;
+      full.builtin = 1;
+    }
+    if (store && store->declared) {
+      full.kv_store_descriptor = store->api->descriptor;  // the store's own: lives with its code
+      if (SIEVE_HAS_FIELD(store->api, sieve_kv_store_api, n_params)) {
+        full.kv_store_params = store->api->params;
+        full.n_kv_store_params = store->api->n_params;
+        full.kv_store_params_stride = param_stride(store->api->params, store->api->n_params);
+      }
     }
     // Only what the caller's struct holds; its header keeps the caller's size.
     const size_t n = std::min<size_t>(info->hdr.struct_size, sizeof full);
@@ -292,10 +329,26 @@ sieve_status sieve_session_create(sieve_runtime* rt, const sieve_geometry* geome
             "page_size, max_batch and max_seq_len > 0");
     require(o.pages_per_layer >= 0, SIEVE_ERR_INVALID_ARGUMENT, "session_create: pages_per_layer < 0");
 
+    require(!o.kv_store_instance || o.kv_store_api, SIEVE_ERR_INVALID_ARGUMENT,
+            "session_create: kv_store_instance needs its table (kv_store_api)");
+    // The store: at most one of options.kv_store, options.kv_store_api and the chain's kv_store.
+    static const ChainSpec kDense;
+    ChainSpec spec = chain ? chain->spec : kDense;
+    std::string err;
+    if (o.kv_store) {
+      ChainInstance store;
+      if (!parse_store_argument(o.kv_store, &store, &err)) fail(SIEVE_ERR_INVALID_ARGUMENT, "session_create: " + err);
+      require(!o.kv_store_api, SIEVE_ERR_INVALID_ARGUMENT,
+              "session_create: two KV stores named: kv_store '" + store.plugin + "' and a kv_store_api table");
+      if (!set_kv_store(&spec, store, &err)) fail(SIEVE_ERR_INVALID_ARGUMENT, "session_create: " + err);
+    }
+    require(!(o.kv_store_api && spec.kv_store), SIEVE_ERR_INVALID_ARGUMENT,
+            "session_create: two KV stores named: the chain's kv_store '" +
+                (spec.kv_store ? spec.kv_store->plugin : std::string()) + "' and a kv_store_api table");
+
     ResolvedChains chains;
     std::vector<std::string> errors;
-    static const ChainSpec kDense;
-    if (!resolve_chains(chain ? chain->spec : kDense, rt->plugins(), g, &chains, &errors)) {
+    if (!resolve_chains(spec, rt->plugins(), g, &chains, &errors)) {
       std::string all;
       for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e;
       fail(SIEVE_ERR_INVALID_ARGUMENT, all);
@@ -303,22 +356,13 @@ sieve_status sieve_session_create(sieve_runtime* rt, const sieve_geometry* geome
 
     auto s = std::make_unique<sieve_session>();
     s->services = std::make_unique<HostServices>(g.device);  // throws (SIEVE_ERR_DEVICE) without CUDA
-    s->geometry = g;
-    s->kv_api = g.device.device_type == kDLCUDA ? kv::paged_cuda_store_api() : kv::paged_cpu_store_api();
-    require(s->kv_api != nullptr, SIEVE_ERR_UNSUPPORTED, "this runtime was built without CUDA");
-    sieve_kv_config kc{};
-    kc.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
-    kc.geometry = g;
-    kc.pages_per_layer = o.pages_per_layer ? o.pages_per_layer
-                                           : g.max_batch * kernels::ceil_div(g.max_seq_len, g.page_size);
-    kc.keep_pre_rope_k = (chains.needs & SIEVE_NEEDS_PRE_ROPE_K) ? 1 : 0;
-    std::string reason;
-    sieve_reason_sink sink{&reason, [](void* c, const char* m) { *static_cast<std::string*>(c) = m ? m : ""; }};
-    sieve_status st = s->kv_api->create(s->services->table(), &kc, &s->kv, sink);
-    if (st != SIEVE_OK) fail(st, "KV store '" + std::string(s->kv_api->name) + "': " + reason);
-    LayerRunner::Options ro;
-    ro.check = o.check != 0;
-    s->runner = std::make_unique<LayerRunner>(*s->services, g, s->kv, s->kv_api, std::move(chains), ro);
+    Session::Options so;
+    so.pages_per_layer = o.pages_per_layer;
+    so.runner.check = o.check != 0;
+    so.store_api = o.kv_store_api;
+    so.store_instance = o.kv_store_instance;
+    so.release = o.release;
+    s->session = std::make_unique<Session>(*s->services, g, std::move(chains), so);
     *out = s.release();
     return SIEVE_OK;
   });
@@ -339,9 +383,8 @@ sieve_status sieve_session_add_sequence(sieve_session* s, int32_t* seq_id) {
   if (!s) return SIEVE_ERR_INVALID_ARGUMENT;
   return guarded(&s->error, [&] {
     require(seq_id != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "add_sequence: seq_id is NULL");
-    sieve_status st = s->kv_api->add_sequence(s->kv, seq_id);
-    if (st != SIEVE_OK) fail(st, std::string("add_sequence: ") + s->kv_api->last_error(s->kv));
-    s->taken[*seq_id].assign(size_t(s->geometry.n_layers), 0);
+    *seq_id = s->session->add_sequence();
+    s->taken[*seq_id].assign(size_t(s->session->geometry().n_layers), 0);
     return SIEVE_OK;
   });
 }
@@ -349,8 +392,7 @@ sieve_status sieve_session_add_sequence(sieve_session* s, int32_t* seq_id) {
 sieve_status sieve_session_remove_sequence(sieve_session* s, int32_t seq_id) {
   if (!s) return SIEVE_ERR_INVALID_ARGUMENT;
   return guarded(&s->error, [&] {
-    sieve_status st = s->kv_api->remove_sequence(s->kv, seq_id);
-    if (st != SIEVE_OK) fail(st, std::string("remove_sequence: ") + s->kv_api->last_error(s->kv));
+    s->session->remove_sequence(seq_id);
     s->taken.erase(seq_id);
     return SIEVE_OK;
   });
@@ -360,8 +402,7 @@ sieve_status sieve_session_seq_len(sieve_session* s, int32_t layer, int32_t seq_
   if (!s) return SIEVE_ERR_INVALID_ARGUMENT;
   return guarded(&s->error, [&] {
     require(tokens != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "seq_len: tokens is NULL");
-    sieve_status st = s->kv_api->seq_len(s->kv, layer, seq_id, tokens);
-    if (st != SIEVE_OK) fail(st, std::string("seq_len: ") + s->kv_api->last_error(s->kv));
+    *tokens = s->session->seq_len(layer, seq_id);
     return SIEVE_OK;
   });
 }
@@ -371,7 +412,7 @@ sieve_status sieve_session_attend(sieve_session* s, const sieve_layer_inputs* in
   return guarded(&s->error, [&] {
     require(inputs != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "attend: inputs is NULL");
     const sieve_layer_inputs in = read_struct(inputs, blank<sieve_layer_inputs>());
-    const sieve_geometry& g = s->geometry;
+    const sieve_geometry& g = s->session->geometry();
     require(in.phase == SIEVE_PHASE_PREFILL || in.phase == SIEVE_PHASE_DECODE, SIEVE_ERR_INVALID_ARGUMENT,
             "attend: phase " + std::to_string(in.phase) + " is neither SIEVE_PHASE_PREFILL nor SIEVE_PHASE_DECODE");
     require(in.layer >= 0 && in.layer < g.n_layers, SIEVE_ERR_INVALID_ARGUMENT,
@@ -407,17 +448,12 @@ sieve_status sieve_session_attend(sieve_session* s, const sieve_layer_inputs* in
     }
     // qo_indptr on the attention device.
     const size_t qo_bytes = size_t(in.batch + 1) * sizeof(int32_t);
-    const sieve_host_services* t = s->services->table();
-    if (qo_bytes > s->qo_capacity) {
-      if (s->qo_device) t->free(t->host_ctx, dev, s->qo_device);
-      s->qo_device = t->alloc(t->host_ctx, dev, qo_bytes, 256);
-      require(s->qo_device != nullptr, SIEVE_ERR_OUT_OF_MEMORY, "attend: cannot allocate qo_indptr");
-      s->qo_capacity = qo_bytes;
-    }
+    auto memory = s->services->device_memory();
+    s->qo_device.ensure(memory, qo_bytes);
     std::string err;
-    require(s->services->copy(s->qo_device, dev, in.qo_indptr, kCpu, qo_bytes, &err), SIEVE_ERR_DEVICE, err);
+    require(s->services->copy(s->qo_device.get(), dev, in.qo_indptr, kCpu, qo_bytes, &err), SIEVE_ERR_DEVICE, err);
     int64_t qo_shape[1] = {in.batch + 1};
-    DLTensor qo = make_view(s->qo_device, dev, kI32, 1, qo_shape);
+    DLTensor qo = make_view(s->qo_device.get(), dev, kI32, 1, qo_shape);
 
     LayerInputs li;
     li.layer = in.layer;
@@ -433,7 +469,7 @@ sieve_status sieve_session_attend(sieve_session* s, const sieve_layer_inputs* in
     li.k = in.k;
     li.v = in.v;
     li.k_pre_rope = in.k_pre_rope;
-    sieve_status st = s->runner->run_layer(li, out, &err);
+    sieve_status st = s->session->runner().run_layer(li, out, &err);
     if (st != SIEVE_OK) fail(st, err);
     for (int32_t b = 0; b < in.batch; ++b)
       s->taken[in.seq_ids[b]][size_t(in.layer)] += in.qo_indptr[b + 1] - in.qo_indptr[b];
@@ -449,7 +485,7 @@ sieve_status sieve_session_end_step(sieve_session* s, uint32_t phase, const int3
     require(batch >= 0 && (batch == 0 || seq_ids), SIEVE_ERR_INVALID_ARGUMENT, "end_step: seq_ids is NULL");
     uint64_t& step = s->steps[phase == SIEVE_PHASE_PREFILL ? 0 : 1];
     std::string err;
-    sieve_status st = s->runner->end_step(phase, step, seq_ids, batch, &err);
+    sieve_status st = s->session->runner().end_step(phase, step, seq_ids, batch, &err);
     if (st != SIEVE_OK) fail(st, err);
     ++step;
     return SIEVE_OK;
@@ -471,10 +507,26 @@ sieve_status sieve_session_kv_bytes(sieve_session* s, uint64_t* bytes) {
   if (!s) return SIEVE_ERR_INVALID_ARGUMENT;
   return guarded(&s->error, [&] {
     require(bytes != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "kv_bytes: bytes is NULL");
-    sieve_status st = s->kv_api->bytes_in_use(s->kv, bytes);
-    if (st != SIEVE_OK) fail(st, std::string("kv_bytes: ") + s->kv_api->last_error(s->kv));
+    *bytes = s->session->bytes_in_use();
     return SIEVE_OK;
   });
+}
+
+sieve_status sieve_session_bind_pages(sieve_session* s, const sieve_kv_pages* pages) {
+  if (!s) return SIEVE_ERR_INVALID_ARGUMENT;
+  return guarded(&s->error, [&] {
+    require(pages != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "bind_pages: pages is NULL");
+    require(pages->hdr.struct_size >= sizeof(sieve_header), SIEVE_ERR_VERSION,
+            "bind_pages: set pages->hdr with SIEVE_HEADER_INIT(sieve_kv_pages)");
+    s->session->bind_pages(*pages);  // the store checks the rest (its own struct_size rules)
+    return SIEVE_OK;
+  });
+}
+
+const char* sieve_session_kv_store_name(const sieve_session* s) {
+  if (!s || !s->session) return "";
+  const StoreEntry& e = s->session->store_entry();
+  return e.declared ? e.descriptor.name : "";
 }
 
 }  // extern "C"

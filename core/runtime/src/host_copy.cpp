@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "sieve/util/error.hpp"
+#include "sieve/util/page_layout.hpp"
 
 namespace sieve::runtime {
 
@@ -12,17 +13,42 @@ void copy_to_host(HostServices& s, void* dst, const DLTensor& src, size_t bytes)
   require(s.copy(dst, kCpu, data_ptr<void>(src), src.device, bytes, &err), SIEVE_ERR_DEVICE, err);
 }
 
+namespace {
+
+// The pool `src` (any layout page_strides accepts, any device) as compact HND host pages.
+HostTensor pages_to_host(HostServices& s, const DLTensor& src, const char* name) {
+  PageStrides at;
+  const std::string bad = page_strides(src, name, &at);
+  require(bad.empty(), SIEVE_ERR_INVALID_ARGUMENT, "copy_view_to_host: " + bad);
+  HostTensor out(std::vector<int64_t>(src.shape, src.shape + 4), src.dtype);
+  const int64_t H = src.shape[1], P = src.shape[2], D = src.shape[3];
+  if (at == compact_hnd_strides(H, P, D)) {  // one copy
+    if (out.nbytes() > 0) copy_to_host(s, out.dl().data, src, out.nbytes());
+    return out;
+  }
+  const int64_t span = page_span(src, at);
+  const size_t elem = dtype_bytes(src.dtype);
+  std::vector<unsigned char> raw(size_t(span) * elem);
+  copy_to_host(s, raw.data(), src, raw.size());
+  unsigned char* dst = out.data<unsigned char>();
+  for (int64_t c = 0; c < src.shape[0]; ++c)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < P; ++t)
+        std::memcpy(dst + size_t(((c * H + h) * P + t) * D) * elem,
+                    raw.data() + size_t(at.row(c, h, t)) * elem, size_t(D) * elem);
+  return out;
+}
+
+}  // namespace
+
 void copy_view_to_host(HostServices& s, const sieve_paged_kv& src, HostPagedView* h) {
   const int32_t batch = src.batch;
-  const std::vector<int64_t> pool(src.k_pages.shape, src.k_pages.shape + 4);
-  h->k = HostTensor(pool, src.k_pages.dtype);
-  h->v = HostTensor(pool, src.v_pages.dtype);
+  h->k = pages_to_host(s, src.k_pages, "kv.k_pages");
+  h->v = pages_to_host(s, src.v_pages, "kv.v_pages");
   const int64_t nnz = src.indptr_host[batch];
   h->indices = HostTensor({std::max<int64_t>(nnz, 1)}, kI32);
   h->indptr = HostTensor({batch + 1}, kI32);
   h->last_page_len = HostTensor({std::max(batch, 1)}, kI32);
-  copy_to_host(s, h->k.dl().data, src.k_pages, h->k.nbytes());
-  copy_to_host(s, h->v.dl().data, src.v_pages, h->v.nbytes());
   if (nnz > 0) copy_to_host(s, h->indices.dl().data, src.indices, size_t(nnz) * 4);
   std::memcpy(h->indptr.data<int32_t>(), src.indptr_host, size_t(batch + 1) * 4);
   std::memcpy(h->last_page_len.data<int32_t>(), src.last_page_len_host, size_t(batch) * 4);

@@ -89,6 +89,19 @@ bool HostServices::synchronize(std::string* error) const {
   return true;
 }
 
+void* HostServices::DeviceMemory::alloc(size_t bytes) {
+  const sieve_host_services* t = services.table();
+  void* p = t->alloc(t->host_ctx, services.device(), bytes, 256);
+  require(p != nullptr, SIEVE_ERR_OUT_OF_MEMORY,
+          "runtime: cannot allocate " + std::to_string(bytes) + " bytes on " + device_name(services.device()));
+  return p;
+}
+
+void HostServices::DeviceMemory::free(void* p) {
+  const sieve_host_services* t = services.table();
+  t->free(t->host_ctx, services.device(), p);
+}
+
 bool HostServices::copy(void* dst, DLDevice dst_dev, const void* src, DLDevice src_dev,
                         size_t bytes, std::string* error) const {
   if (dst_dev.device_type == kDLCPU && src_dev.device_type == kDLCPU) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "sieve/kernels/attention_args.hpp"
+#include "sieve/runtime/policy_hooks.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
@@ -91,17 +92,40 @@ LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry,
     sieve_status st = api->create(services_.table(), &geometry_, chains_.instances[i].values.data(),
                                   chains_.instances[i].values.size(), kv_, kv_api_, &p,
                                   sieve_reason_sink{&reason, sink_to_string});
-    if (st != SIEVE_OK || !p) {
-      for (size_t j = 0; j < handles_.size(); ++j) chains_.instances[j].plugin.policy()->destroy(handles_[j]);
-      handles_.clear();
-      fail(st != SIEVE_OK ? st : SIEVE_ERR_INTERNAL,
-           "plugin '" + std::string(chains_.instances[i].plugin.name()) + "' (instance " + chains_.instances[i].label +
-               "), hook create: " + status_text(st) + (reason.empty() ? "" : ": " + reason));
-    }
+    if (st != SIEVE_OK || !p)
+      abandon_instances(st != SIEVE_OK ? st : SIEVE_ERR_INTERNAL,
+                        "plugin '" + std::string(chains_.instances[i].plugin.name()) + "' (instance " +
+                            chains_.instances[i].label + "), hook create: " + status_text(st) +
+                            (reason.empty() ? "" : ": " + reason));
     handles_.push_back(p);
+  }
+  // 1.1: each instance's own hooks, then the chain checks resolve_chains could not make for
+  // tables that answer them only after create.
+  std::vector<InstanceRole> roles(handles_.size());
+  for (size_t i = 0; i < handles_.size(); ++i) {
+    const sieve_policy_api& api = *chains_.instances[i].plugin.policy();
+    std::string why;
+    hooks_.push_back(instance_hooks(api, handles_[i], &why));
+    if (!why.empty())
+      abandon_instances(SIEVE_ERR_INVALID_ARGUMENT, "plugin '" + std::string(chains_.instances[i].plugin.name()) +
+                                                        "' (instance " + chains_.instances[i].label + "): " + why);
+    roles[i] = {chains_.instances[i].label, hooks_[i],
+                (api.descriptor->needs & SIEVE_NEEDS_PAGE_STATS) != 0};
+  }
+  if (auto lines = chain_hook_conflicts(chains_.chains, roles); !lines.empty()) {
+    std::string joined;
+    for (const auto& l : lines) joined += (joined.empty() ? "" : "; ") + l;
+    abandon_instances(SIEVE_ERR_INVALID_ARGUMENT, joined);
   }
   served_.assign(chains_.instances.size(), {});
   snapshots_.assign(size_t(geometry_.n_layers), {});
+}
+
+void LayerRunner::abandon_instances(sieve_status status, const std::string& message) {
+  for (size_t j = 0; j < handles_.size(); ++j) chains_.instances[j].plugin.policy()->destroy(handles_[j]);
+  handles_.clear();
+  hooks_.clear();
+  fail(status, message);
 }
 
 LayerRunner::~LayerRunner() {
@@ -109,27 +133,13 @@ LayerRunner::~LayerRunner() {
   services_.synchronize(&ignored);  // no instance goes while device work may still use it
   for (size_t i = 0; i < handles_.size(); ++i)
     if (handles_[i]) chains_.instances[i].plugin.policy()->destroy(handles_[i]);
-  release(sel_indptr_);
-  release(sel_indices_);
-  release(lse_);
-  release(page_mass_);
+  auto memory = services_.device_memory();
+  for (util::GrowBuffer* b : {&sel_indptr_, &sel_indices_, &lse_, &page_mass_}) b->release(memory);
 }
 
-void LayerRunner::ensure(Buffer& b, size_t bytes) {
-  if (b.bytes >= bytes) return;
-  release(b);
-  size_t grown = std::max(bytes, b.bytes * 2);
-  const sieve_host_services* s = services_.table();
-  b.ptr = s->alloc(s->host_ctx, geometry_.device, grown, 256);
-  require(b.ptr != nullptr, SIEVE_ERR_OUT_OF_MEMORY,
-          "runtime: cannot allocate " + std::to_string(grown) + " bytes on " + device_name(geometry_.device));
-  b.bytes = grown;
-  ++buffer_allocations_;
-}
-
-void LayerRunner::release(Buffer& b) {
-  if (b.ptr) services_.table()->free(services_.table()->host_ctx, geometry_.device, b.ptr);
-  b = Buffer{};
+void LayerRunner::ensure(util::GrowBuffer& b, size_t bytes) {
+  auto memory = services_.device_memory();
+  if (b.ensure(memory, bytes)) ++buffer_allocations_;
 }
 
 std::string LayerRunner::where(int32_t instance, int32_t layer, const char* hook) const {
@@ -194,7 +204,7 @@ std::string LayerRunner::poison_indices(const sieve_selection& sel, int64_t capa
   }
   if (from >= capacity) return {};
   poison_.assign(size_t(capacity - from), kUnwrittenIndex);
-  if (!services_.copy(static_cast<int32_t*>(sel_indices_.ptr) + from, geometry_.device, poison_.data(), kCpu,
+  if (!services_.copy(static_cast<int32_t*>(sel_indices_.get()) + from, geometry_.device, poison_.data(), kCpu,
                       poison_.size() * 4, &err))
     return err;
   return {};
@@ -223,6 +233,23 @@ std::string LayerRunner::check_output(const DLTensor& out, const int32_t* rows, 
   return {};
 }
 
+// What the steps of one run_layer call share.
+struct LayerRunner::LayerStep {
+  int32_t L = 0;
+  int32_t n_new = 0;
+  const std::vector<size_t>* chain = nullptr;
+  sieve_kv_append app{};
+  sieve_paged_kv view{};
+  sieve_layer_call call{};
+  int64_t capacity = 0;
+  int64_t indptr_shape[1] = {0}, indices_shape[1] = {0};
+  sieve_selection sel{};
+  sieve_attention_args args{};
+  uint32_t stats = SIEVE_STATS_NONE;
+  std::vector<int32_t> observers;
+  int32_t override_by = -1;
+};
+
 sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::string* error) {
   auto failed = [&](sieve_status st, const std::string& msg) {
     if (error) *error = msg;
@@ -235,199 +262,253 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
                                                     std::to_string(geometry_.n_layers) + " layers)");
     if (!out || !in.q || !in.qo_indptr_host || !in.qo_indptr || (in.batch > 0 && !in.seq_ids))
       return failed(SIEVE_ERR_INVALID_ARGUMENT, "run_layer: missing q, out, seq_ids or qo_indptr");
-    const int32_t L = in.layer;
-    const int32_t n_new = in.qo_indptr_host[in.batch];
+    LayerStep step;
+    step.L = in.layer;
+    step.n_new = in.qo_indptr_host[in.batch];
+    step.chain = &chains_.chain(in.layer, in.phase);
     auto mark = timers_.start();
-
-    // 1. The new tokens enter the store.
-    sieve_kv_append app = append_of(in);
-    if (n_new > 0) {
-      sieve_status st = kv_api_->append(kv_, &app);
-      if (st != SIEVE_OK)
-        return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) +
-                              ", append: " + status_text(st) + ": " + kv_api_->last_error(kv_));
-    }
-    timers_.lap("host_us.append", L, mark);
-    sieve_paged_kv view{};
-    sieve_status st = kv_api_->view(kv_, L, in.seq_ids, in.batch, &view);
-    if (st != SIEVE_OK)
-      return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) +
-                            ", view: " + status_text(st) + ": " + kv_api_->last_error(kv_));
-    sieve_layer_call call = layer_call(in, &view);
-    timers_.lap("host_us.view", L, mark);
-
-    const auto& chain = chains_.chain(L, in.phase);
-    for (size_t ci : chain) {
-      const int32_t i = int32_t(ci);
-      served_[size_t(i)].push_back(L);
-      const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
-      if (api->on_append) {
-        st = api->on_append(handles_[size_t(i)], &call, &app);
-        if (st != SIEVE_OK) return plugin_failed(i, L, "on_append", st, error);
-      }
-    }
-    timers_.lap("host_us.on_append", L, mark);
-
+    sieve_status st = SIEVE_OK;
+    // 1. The new tokens enter the store; the chain's on_append hooks see them.
+    if ((st = append_new(in, step, error)) != SIEVE_OK) return st;
+    timers_.lap("host_us.append", step.L, mark);
+    if ((st = view_layer(in, step, error)) != SIEVE_OK) return st;
+    timers_.lap("host_us.view", step.L, mark);
+    if ((st = run_on_append(step, error)) != SIEVE_OK) return st;
+    timers_.lap("host_us.on_append", step.L, mark);
     // 2. Selection: the chain starts dense; each select may rewrite it within its capacity.
-    int32_t max_pages = 0;
-    for (int32_t b = 0; b < in.batch; ++b) max_pages = std::max(max_pages, kernels::kv_pages(view, b));
-    const int64_t rows_cap = int64_t(n_new) * geometry_.n_q_heads;
-    // min_selection_q_block > 1 sizes the indices for rows of query blocks that large (long prefill).
-    const int64_t sel_rows =
-        options_.min_selection_q_block > 1
-            ? std::min<int64_t>(rows_cap, (int64_t(n_new) / options_.min_selection_q_block + in.batch) * geometry_.n_q_heads)
-            : rows_cap;
-    const int64_t capacity = std::max<int64_t>(sel_rows * max_pages, 1);
-    ensure(sel_indptr_, size_t(rows_cap + 1) * 4);
-    ensure(sel_indices_, size_t(capacity) * 4);
-    int64_t indptr_shape[1] = {rows_cap + 1}, indices_shape[1] = {capacity};
-    sieve_selection sel{};
-    sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
-    sel.kind = SIEVE_SEL_ALL;
-    sel.heads = SIEVE_SEL_PER_SEQUENCE;
-    sel.q_block = 1;
-    sel.k_block_pages = 1;
-    sel.indptr = tensor_1d(sel_indptr_.ptr, geometry_.device, kI32, indptr_shape);
-    sel.indices = tensor_1d(sel_indices_.ptr, geometry_.device, kI32, indices_shape);
-    sel.capacity = capacity;
-
-    sieve_attention_args args =
-        kernels::make_attention_args(in.phase, geometry_.n_q_heads, geometry_.n_kv_heads, geometry_.head_dim, in.q,
-                                     out, in.qo_indptr, in.qo_indptr_host, &view);
-    args.selection = &sel;
-
-    uint32_t stats = SIEVE_STATS_NONE;
-    std::vector<int32_t> observers;
-    for (size_t ci : chain) {
-      const int32_t i = int32_t(ci);
-      const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
-      if (!api->select) continue;
-      uint32_t want = SIEVE_STATS_NONE;
-      if (options_.check) {
-        std::string e = poison_indices(sel, capacity);
-        if (!e.empty()) return failed(SIEVE_ERR_DEVICE, "runtime: filling the selection before select: " + e);
-      }
-      st = api->select(handles_[size_t(i)], &call, &sel, &want);
-      if (st != SIEVE_OK) return plugin_failed(i, L, "select", st, error);
-      // The selection's tensors stay the host's: a policy writes into them, never replaces them.
-      sel.indptr = tensor_1d(sel_indptr_.ptr, geometry_.device, kI32, indptr_shape);
-      sel.indices = tensor_1d(sel_indices_.ptr, geometry_.device, kI32, indices_shape);
-      sel.capacity = capacity;
-      if (want != SIEVE_STATS_NONE) {
-        if (want > SIEVE_STATS_PAGE_MASS_ALL_HEADS)
-          return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "select") + ": unknown statistics request " +
-                                                        std::to_string(want));
-        if (stats != SIEVE_STATS_NONE && stats != want)
-          return failed(SIEVE_ERR_UNSUPPORTED, where(i, L, "select") +
-                                                   ": asks for different page statistics than an earlier policy of the chain");
-        stats = want;
-        observers.push_back(i);
-      }
-      if (options_.check) {
-        std::string e = check_selection(args);
-        if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "select") + ": " + e);
-      }
-    }
-
-    timers_.lap("host_us.select", L, mark);
-
-    // 3. Attention: the chain's override, or the core kernel on the selection.
-    int32_t override_by = -1;
-    for (size_t ci : chain)
-      if (chains_.instances[ci].plugin.policy()->attend) override_by = int32_t(ci);
-    if (override_by >= 0) {
-      if (stats != SIEVE_STATS_NONE)
-        return failed(SIEVE_ERR_UNSUPPORTED, where(override_by, L, "attend") +
-                                                 ": overrides the core kernel, so the page statistics another policy asked for cannot be produced");
-      st = chains_.instances[size_t(override_by)].plugin.policy()->attend(handles_[size_t(override_by)], &call, &sel, out);
-      if (st != SIEVE_OK) return plugin_failed(override_by, L, "attend", st, error);
-      if (options_.check) {
-        std::string e = check_output(*out, nullptr, 0);
-        if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, where(override_by, L, "attend") + ": " + e);
-      }
-    } else {
-      int64_t mass_shape[2] = {0, 0}, lse_shape[2] = {n_new, geometry_.n_q_heads};
-      DLTensor mass{}, lse{};
-      sieve_attention_stats stat_out{};
-      if (stats != SIEVE_STATS_NONE) {
-        const int64_t H = stats == SIEVE_STATS_PAGE_MASS_PER_KV_HEAD ? geometry_.n_kv_heads : 1;
-        mass_shape[0] = view.indptr_host[in.batch];
-        mass_shape[1] = H;
-        ensure(page_mass_, size_t(std::max<int64_t>(mass_shape[0] * H, 1)) * 4);
-        ensure(lse_, size_t(std::max<int64_t>(int64_t(n_new) * geometry_.n_q_heads, 1)) * 4);
-        mass = make_view(page_mass_.ptr, geometry_.device, kF32, 2, mass_shape);
-        lse = make_view(lse_.ptr, geometry_.device, kF32, 2, lse_shape);
-        args.stats = stats;
-        args.page_mass = &mass;
-        args.lse = &lse;
-      }
-      const sieve_host_services* s = services_.table();
-      st = s->kernels->attend(s->host_ctx, &args);
-      if (st != SIEVE_OK)
-        return failed(st, "core attention kernel, layer " + std::to_string(L) + ": " + status_text(st) + ": " +
-                              s->kernels->last_error(s->host_ctx));
-      if (stats != SIEVE_STATS_NONE) {
-        stat_out.hdr = SIEVE_HEADER_INIT(sieve_attention_stats);
-        stat_out.request = stats;
-        stat_out.page_mass = mass;
-        stat_out.lse = lse;
-        for (int32_t i : observers) {
-          const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
-          if (!api->observe)
-            return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "observe") +
-                                                          ": asked for statistics but implements no observe hook");
-          st = api->observe(handles_[size_t(i)], &call, &stat_out);
-          if (st != SIEVE_OK) return plugin_failed(i, L, "observe", st, error);
-        }
-      }
-    }
-
-    timers_.lap("host_us.attend", L, mark);
-
-    // 4. Corrections, in chain order.
-    for (size_t ci : chain) {
-      const int32_t i = int32_t(ci);
-      const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
-      if (!api->correct) continue;
-      st = api->correct(handles_[size_t(i)], &call, &sel, out);
-      if (st != SIEVE_OK) return plugin_failed(i, L, "correct", st, error);
-      if (options_.check) {
-        std::string e = check_output(*out, nullptr, 0);
-        if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "correct") + ": " + e);
-      }
-    }
-    if (options_.check && override_by < 0 && chain.empty() == false) {
-      std::string e = check_output(*out, nullptr, 0);
-      if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, "layer " + std::to_string(L) + ": " + e);
-    }
-
-    if (options_.record_selections) {
-      SelectionSnapshot& snap = snapshots_[size_t(L)];
-      snap.kind = sel.kind;
-      snap.heads = sel.heads;
-      snap.q_block = sel.q_block;
-      snap.k_block_pages = sel.k_block_pages;
-      snap.n_rows = sel.kind == SIEVE_SEL_ALL ? 0 : sel.n_rows;
-      snap.indptr.clear();
-      snap.indices.clear();
-      if (sel.kind != SIEVE_SEL_ALL) {
-        std::string err;
-        snap.indptr.resize(size_t(sel.n_rows) + 1);
-        if (!services_.copy(snap.indptr.data(), kCpu, sel_indptr_.ptr, geometry_.device, snap.indptr.size() * 4, &err))
-          return failed(SIEVE_ERR_DEVICE, err);
-        snap.indices.resize(size_t(std::max(snap.indptr.back(), 0)));
-        if (!snap.indices.empty() &&
-            !services_.copy(snap.indices.data(), kCpu, sel_indices_.ptr, geometry_.device, snap.indices.size() * 4, &err))
-          return failed(SIEVE_ERR_DEVICE, err);
-      }
-    }
-    timers_.lap("host_us.correct", L, mark);
+    if ((st = run_select(in, out, step, error)) != SIEVE_OK) return st;
+    timers_.lap("host_us.select", step.L, mark);
+    // 3. Attention: the chain's override, or the core kernel on the selection (+ observe).
+    if ((st = run_attend(in, out, step, error)) != SIEVE_OK) return st;
+    timers_.lap("host_us.attend", step.L, mark);
+    // 4. Corrections, in chain order; then the selection used, when recorded.
+    if ((st = run_correct(out, step, error)) != SIEVE_OK) return st;
+    if ((st = record_selection(step, error)) != SIEVE_OK) return st;
+    timers_.lap("host_us.correct", step.L, mark);
     return SIEVE_OK;
   } catch (const Error& e) {
     return failed(e.status(), e.what());
   } catch (const std::exception& e) {
     return failed(SIEVE_ERR_INTERNAL, std::string("runtime: ") + e.what());
   }
+}
+
+sieve_status LayerRunner::append_new(const LayerInputs& in, LayerStep& step, std::string* error) {
+  step.app = append_of(in);
+  if (step.n_new == 0) return SIEVE_OK;
+  sieve_status st = kv_api_->append(kv_, &step.app);
+  if (st != SIEVE_OK && error)
+    *error = "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(step.L) + ", append: " +
+             status_text(st) + ": " + kv_api_->last_error(kv_);
+  return st;
+}
+
+sieve_status LayerRunner::view_layer(const LayerInputs& in, LayerStep& step, std::string* error) {
+  auto failed = [&](sieve_status st, const std::string& msg) {
+    if (error) *error = msg;
+    return st;
+  };
+  const int32_t L = step.L;
+  sieve_status st = kv_api_->view(kv_, L, in.seq_ids, in.batch, &step.view);
+  if (st != SIEVE_OK)
+    return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) +
+                          ", view: " + status_text(st) + ": " + kv_api_->last_error(kv_));
+  step.call = layer_call(in, &step.view);
+  return SIEVE_OK;
+}
+
+sieve_status LayerRunner::run_on_append(LayerStep& step, std::string* error) {
+  for (size_t ci : *step.chain) {
+    const int32_t i = int32_t(ci);
+    served_[size_t(i)].push_back(step.L);
+    const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
+    if (uses(i, SIEVE_HOOK_ON_APPEND)) {
+      sieve_status st = api->on_append(handles_[size_t(i)], &step.call, &step.app);
+      if (st != SIEVE_OK) return plugin_failed(i, step.L, "on_append", st, error);
+    }
+  }
+  return SIEVE_OK;
+}
+
+sieve_status LayerRunner::run_select(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error) {
+  auto failed = [&](sieve_status st, const std::string& msg) {
+    if (error) *error = msg;
+    return st;
+  };
+  const int32_t L = step.L, n_new = step.n_new;
+  const sieve_paged_kv& view = step.view;
+  int32_t max_pages = 0;
+  for (int32_t b = 0; b < in.batch; ++b) max_pages = std::max(max_pages, kernels::kv_pages(view, b));
+  const int64_t rows_cap = int64_t(n_new) * geometry_.n_q_heads;
+  // min_selection_q_block > 1 sizes the indices for rows of query blocks that large (long prefill).
+  const int64_t sel_rows =
+      options_.min_selection_q_block > 1
+          ? std::min<int64_t>(rows_cap, (int64_t(n_new) / options_.min_selection_q_block + in.batch) * geometry_.n_q_heads)
+          : rows_cap;
+  const int64_t capacity = step.capacity = std::max<int64_t>(sel_rows * max_pages, 1);
+  ensure(sel_indptr_, size_t(rows_cap + 1) * 4);
+  ensure(sel_indices_, size_t(capacity) * 4);
+  step.indptr_shape[0] = rows_cap + 1;
+  step.indices_shape[0] = capacity;
+  sieve_selection& sel = step.sel;
+  sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
+  sel.kind = SIEVE_SEL_ALL;
+  sel.heads = SIEVE_SEL_PER_SEQUENCE;
+  sel.q_block = 1;
+  sel.k_block_pages = 1;
+  sel.indptr = tensor_1d(sel_indptr_.get(), geometry_.device, kI32, step.indptr_shape);
+  sel.indices = tensor_1d(sel_indices_.get(), geometry_.device, kI32, step.indices_shape);
+  sel.capacity = capacity;
+
+  step.args = kernels::make_attention_args(in.phase, geometry_.n_q_heads, geometry_.n_kv_heads, geometry_.head_dim,
+                                           in.q, out, in.qo_indptr, in.qo_indptr_host, &step.view);
+  step.args.selection = &sel;
+
+  for (size_t ci : *step.chain) {
+    const int32_t i = int32_t(ci);
+    const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
+    if (!uses(i, SIEVE_HOOK_SELECT)) continue;
+    uint32_t want = SIEVE_STATS_NONE;
+    if (options_.check) {
+      std::string e = poison_indices(sel, capacity);
+      if (!e.empty()) return failed(SIEVE_ERR_DEVICE, "runtime: filling the selection before select: " + e);
+    }
+    sieve_status st = api->select(handles_[size_t(i)], &step.call, &sel, &want);
+    if (st != SIEVE_OK) return plugin_failed(i, L, "select", st, error);
+    // The selection's tensors stay the host's: a policy writes into them, never replaces them.
+    sel.indptr = tensor_1d(sel_indptr_.get(), geometry_.device, kI32, step.indptr_shape);
+    sel.indices = tensor_1d(sel_indices_.get(), geometry_.device, kI32, step.indices_shape);
+    sel.capacity = capacity;
+    if (want != SIEVE_STATS_NONE) {
+      if (want > SIEVE_STATS_PAGE_MASS_ALL_HEADS)
+        return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "select") + ": unknown statistics request " +
+                                                      std::to_string(want));
+      if (step.stats != SIEVE_STATS_NONE && step.stats != want)
+        return failed(SIEVE_ERR_UNSUPPORTED, where(i, L, "select") +
+                                                 ": asks for different page statistics than an earlier policy of the chain");
+      step.stats = want;
+      step.observers.push_back(i);
+    }
+    if (options_.check) {
+      std::string e = check_selection(step.args);
+      if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "select") + ": " + e);
+    }
+  }
+  return SIEVE_OK;
+}
+
+sieve_status LayerRunner::run_attend(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error) {
+  auto failed = [&](sieve_status st, const std::string& msg) {
+    if (error) *error = msg;
+    return st;
+  };
+  const int32_t L = step.L, n_new = step.n_new;
+  const uint32_t stats = step.stats;
+  sieve_status st = SIEVE_OK;
+  for (size_t ci : *step.chain)
+    if (uses(int32_t(ci), SIEVE_HOOK_ATTEND)) step.override_by = int32_t(ci);
+  const int32_t override_by = step.override_by;
+  if (override_by >= 0) {
+    if (stats != SIEVE_STATS_NONE)
+      return failed(SIEVE_ERR_UNSUPPORTED, where(override_by, L, "attend") +
+                                               ": overrides the core kernel, so the page statistics another policy asked for cannot be produced");
+    st = chains_.instances[size_t(override_by)].plugin.policy()->attend(handles_[size_t(override_by)], &step.call,
+                                                                         &step.sel, out);
+    if (st != SIEVE_OK) return plugin_failed(override_by, L, "attend", st, error);
+    if (options_.check) {
+      std::string e = check_output(*out, nullptr, 0);
+      if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, where(override_by, L, "attend") + ": " + e);
+    }
+    return SIEVE_OK;
+  }
+  sieve_attention_args& args = step.args;
+  int64_t mass_shape[2] = {0, 0}, lse_shape[2] = {n_new, geometry_.n_q_heads};
+  DLTensor mass{}, lse{};
+  sieve_attention_stats stat_out{};
+  if (stats != SIEVE_STATS_NONE) {
+    const int64_t H = stats == SIEVE_STATS_PAGE_MASS_PER_KV_HEAD ? geometry_.n_kv_heads : 1;
+    mass_shape[0] = step.view.indptr_host[in.batch];
+    mass_shape[1] = H;
+    ensure(page_mass_, size_t(std::max<int64_t>(mass_shape[0] * H, 1)) * 4);
+    ensure(lse_, size_t(std::max<int64_t>(int64_t(n_new) * geometry_.n_q_heads, 1)) * 4);
+    mass = make_view(page_mass_.get(), geometry_.device, kF32, 2, mass_shape);
+    lse = make_view(lse_.get(), geometry_.device, kF32, 2, lse_shape);
+    args.stats = stats;
+    args.page_mass = &mass;
+    args.lse = &lse;
+  }
+  const sieve_host_services* s = services_.table();
+  st = s->kernels->attend(s->host_ctx, &args);
+  if (st != SIEVE_OK)
+    return failed(st, "core attention kernel, layer " + std::to_string(L) + ": " + status_text(st) + ": " +
+                          s->kernels->last_error(s->host_ctx));
+  if (stats != SIEVE_STATS_NONE) {
+    stat_out.hdr = SIEVE_HEADER_INIT(sieve_attention_stats);
+    stat_out.request = stats;
+    stat_out.page_mass = mass;
+    stat_out.lse = lse;
+    for (int32_t i : step.observers) {
+      const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
+      if (!uses(i, SIEVE_HOOK_OBSERVE))
+        return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "observe") +
+                                                      ": asked for statistics but does not use the observe hook");
+      st = api->observe(handles_[size_t(i)], &step.call, &stat_out);
+      if (st != SIEVE_OK) return plugin_failed(i, L, "observe", st, error);
+    }
+  }
+  return SIEVE_OK;
+}
+
+sieve_status LayerRunner::run_correct(DLTensor* out, LayerStep& step, std::string* error) {
+  auto failed = [&](sieve_status st, const std::string& msg) {
+    if (error) *error = msg;
+    return st;
+  };
+  const int32_t L = step.L;
+  for (size_t ci : *step.chain) {
+    const int32_t i = int32_t(ci);
+    const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
+    if (!uses(i, SIEVE_HOOK_CORRECT)) continue;
+    sieve_status st = api->correct(handles_[size_t(i)], &step.call, &step.sel, out);
+    if (st != SIEVE_OK) return plugin_failed(i, L, "correct", st, error);
+    if (options_.check) {
+      std::string e = check_output(*out, nullptr, 0);
+      if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, where(i, L, "correct") + ": " + e);
+    }
+  }
+  if (options_.check && step.override_by < 0 && step.chain->empty() == false) {
+    std::string e = check_output(*out, nullptr, 0);
+    if (!e.empty()) return failed(SIEVE_ERR_INVALID_ARGUMENT, "layer " + std::to_string(L) + ": " + e);
+  }
+  return SIEVE_OK;
+}
+
+sieve_status LayerRunner::record_selection(const LayerStep& step, std::string* error) {
+  if (!options_.record_selections) return SIEVE_OK;
+  const sieve_selection& sel = step.sel;
+  SelectionSnapshot& snap = snapshots_[size_t(step.L)];
+  snap.kind = sel.kind;
+  snap.heads = sel.heads;
+  snap.q_block = sel.q_block;
+  snap.k_block_pages = sel.k_block_pages;
+  snap.n_rows = sel.kind == SIEVE_SEL_ALL ? 0 : sel.n_rows;
+  snap.indptr.clear();
+  snap.indices.clear();
+  if (sel.kind != SIEVE_SEL_ALL) {
+    std::string err;
+    snap.indptr.resize(size_t(sel.n_rows) + 1);
+    bool ok = services_.copy(snap.indptr.data(), kCpu, sel_indptr_.get(), geometry_.device, snap.indptr.size() * 4, &err);
+    if (ok) {
+      snap.indices.resize(size_t(std::max(snap.indptr.back(), 0)));
+      ok = snap.indices.empty() ||
+           services_.copy(snap.indices.data(), kCpu, sel_indices_.get(), geometry_.device, snap.indices.size() * 4, &err);
+    }
+    if (!ok) {
+      if (error) *error = err;
+      return SIEVE_ERR_DEVICE;
+    }
+  }
+  return SIEVE_OK;
 }
 
 sieve_status LayerRunner::append_only(const LayerInputs& in, std::string* error) {
@@ -453,7 +534,7 @@ sieve_status LayerRunner::append_only(const LayerInputs& in, std::string* error)
         for (size_t ci : chain) {
           const sieve_policy_api* api = chains_.instances[ci].plugin.policy();
           served_[ci].push_back(L);
-          if (!api->on_append) continue;
+          if (!uses(int32_t(ci), SIEVE_HOOK_ON_APPEND)) continue;
           sieve_status hs = api->on_append(handles_[ci], &call, &app);
           if (hs != SIEVE_OK) return plugin_failed(int32_t(ci), L, "on_append", hs, error);
         }
@@ -485,7 +566,7 @@ sieve_status LayerRunner::end_step(uint32_t phase, uint64_t step, const int32_t*
     std::sort(layers.begin(), layers.end());
     layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
     const sieve_policy_api* api = chains_.instances[i].plugin.policy();
-    if (api->end_step) {
+    if (uses(int32_t(i), SIEVE_HOOK_END_STEP)) {
       sieve_step_end e{};
       e.hdr = SIEVE_HEADER_INIT(sieve_step_end);
       e.phase = phase;

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <boost/dll/shared_library.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -58,14 +59,45 @@ std::string size_problem(const T* p, const char* what) {
 
 }  // namespace
 
-bool is_identifier(const char* name) {
+namespace {
+// [a-z0-9_]+ plus the characters in `extra`, at most kMaxNameLength bytes (never read past them).
+bool is_name(const char* name, const char* extra) {
   if (!name || !*name) return false;
   size_t n = 0;
   for (const char* c = name; *c; ++c, ++n)
     if (n == kMaxNameLength ||
-        !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+        !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+          (*extra && std::strchr(extra, *c))))
       return false;
   return true;
+}
+
+// Entry i of a plugin's tool array, walked by the first entry's struct_size (check_tools makes
+// every entry that size).
+const sieve_tool* tool_at(const sieve_plugin* t, uint32_t i) {
+  const auto* base = reinterpret_cast<const unsigned char*>(t->tools);
+  return reinterpret_cast<const sieve_tool*>(base + size_t(i) * t->tools->hdr.struct_size);
+}
+
+bool has_tools(const sieve_plugin* t) {
+  return t && SIEVE_HAS_FIELD(t, sieve_plugin, n_tools) && t->n_tools > 0 && t->tools;
+}
+}  // namespace
+
+bool is_identifier(const char* name) { return is_name(name, ""); }
+bool is_tool_name(const char* name) { return is_name(name, "-"); }
+
+std::vector<const sieve_tool*> LoadedPlugin::tools() const {
+  std::vector<const sieve_tool*> out;
+  if (has_tools(table))
+    for (uint32_t i = 0; i < table->n_tools; ++i) out.push_back(tool_at(table, i));
+  return out;
+}
+
+const sieve_tool* LoadedPlugin::tool(const std::string& name) const {
+  for (const sieve_tool* t : tools())
+    if (name == t->name) return t;
+  return nullptr;
 }
 
 std::string bounded_text(const char* s, size_t max) {
@@ -82,13 +114,20 @@ std::string text_problem(const char* s) {
   return {};
 }
 
-std::string identifier_problem(const char* name) {
-  if (is_identifier(name)) return {};
+namespace {
+// "'Name' does not match <pattern>" or "'...' is longer than 64 bytes"; "" when `ok`.
+std::string name_problem(const char* name, bool ok, const char* pattern) {
+  if (ok) return {};
   std::string out = "'";
   out += bounded_text(name);
   if (name && strnlen(name, kMaxNameLength + 1) > kMaxNameLength)
     return out + "' is longer than " + std::to_string(kMaxNameLength) + " bytes";
-  return out + "' does not match [a-z0-9_]+";
+  return out + "' does not match " + pattern;
+}
+}  // namespace
+
+std::string identifier_problem(const char* name) {
+  return name_problem(name, is_identifier(name), "[a-z0-9_]+");
 }
 
 bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error) {
@@ -216,6 +255,45 @@ std::vector<std::string> check_plugin_table(const sieve_plugin* t, uint32_t expe
     }
   }
   if (t->kv_store) add(check_kv_store_api(t->kv_store));
+  add(check_tools(t));
+  return out;
+}
+
+std::vector<std::string> check_tools(const sieve_plugin* t) {
+  // A 1.0 table (or one whose size stops short of the tools) ships none: nothing to read.
+  if (!t || !SIEVE_HAS_FIELD(t, sieve_plugin, n_tools) || t->n_tools == 0) return {};
+  if (t->n_tools > kMaxTools)
+    return {"tools: n_tools " + std::to_string(t->n_tools) + " exceeds the limit " +
+            std::to_string(kMaxTools)};
+  if (!t->tools) return {"tools: n_tools is " + std::to_string(t->n_tools) + " but tools is NULL"};
+  // sieve_tool is new in 1.1: its 1.1 size is the least a producer fills.
+  const uint32_t stride = t->tools->hdr.struct_size;
+  if (stride < sizeof(sieve_tool))
+    return {"tool[0] struct_size " + std::to_string(stride) + " is smaller than the v1.1 size " +
+            std::to_string(sizeof(sieve_tool))};
+  if (stride > kMaxStructSize)
+    return {"tool[0] struct_size " + std::to_string(stride) + " exceeds the limit " +
+            std::to_string(kMaxStructSize)};
+  std::vector<std::string> out;
+  std::vector<std::string> seen;
+  for (uint32_t i = 0; i < t->n_tools; ++i) {
+    const sieve_tool* tool = tool_at(t, i);
+    const std::string at = "tool[" + std::to_string(i) + "]";
+    if (tool->hdr.struct_size != stride) {
+      out.push_back(at + " struct_size " + std::to_string(tool->hdr.struct_size) +
+                    " differs from tool[0]'s " + std::to_string(stride) + " (one array, one size)");
+      continue;
+    }
+    if (!is_tool_name(tool->name)) {
+      out.push_back(at + " name " + name_problem(tool->name, false, "[a-z0-9_-]+"));
+    } else if (std::find(seen.begin(), seen.end(), tool->name) != seen.end()) {
+      out.push_back(at + " name '" + std::string(tool->name) + "' is used twice");
+    } else {
+      seen.push_back(tool->name);
+    }
+    if (auto why = text_problem(tool->summary); !why.empty()) out.push_back(at + ": " + why + " summary");
+    if (!tool->run) out.push_back(at + ": 'run' is NULL (required)");
+  }
   return out;
 }
 
@@ -314,6 +392,66 @@ std::vector<std::string> check_kv_store_api(const sieve_kv_store_api* api) {
       {reinterpret_cast<const void*>(api->bytes_in_use), "bytes_in_use"}};
   for (auto& r : required)
     if (!r.fn) out.push_back(std::string("KV store table: '") + r.name + "' is NULL (required)");
+  // ABI 1.1: read only as far as the table's size says it reaches.
+  if (SIEVE_HAS_FIELD(api, sieve_kv_store_api, n_params)) {
+    if (api->n_params && !api->params)
+      out.push_back("KV store table: n_params is " + std::to_string(api->n_params) + " but params is NULL");
+    else if (api->n_params > kMaxParams)
+      out.push_back("KV store table: n_params " + std::to_string(api->n_params) + " exceeds the limit " +
+                    std::to_string(kMaxParams));
+    else if (api->n_params)
+      for (auto& p : check_schema(ParamSchema(api->params, api->n_params)))
+        out.push_back("KV store schema: " + p);
+  }
+  if (SIEVE_HAS_FIELD(api, sieve_kv_store_api, descriptor) && api->descriptor) {
+    for (auto& p : check_kv_store_descriptor(api->descriptor, api)) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::string> check_kv_store_descriptor(const sieve_kv_store_descriptor* d,
+                                                   const sieve_kv_store_api* api) {
+  if (auto p = size_problem(d, "KV store descriptor"); !p.empty()) return {p};
+  std::vector<std::string> out;
+  auto bad = [&](const std::string& s) { out.push_back("KV store descriptor: " + s); };
+  if (!is_identifier(d->name)) bad("name " + identifier_problem(d->name));
+  if (auto why = text_problem(d->vendor); !why.empty()) bad(why + " vendor");
+  if (auto why = text_problem(d->summary); !why.empty()) bad(why + " summary");
+  auto bits = [&](uint32_t v, uint32_t known, const char* what, bool nonzero) {
+    if (nonzero && v == 0) bad(std::string(what) + " is 0 (declare at least one)");
+    else if (v & ~known) bad(std::string(what) + " has unknown bits " + hex(v & ~known));
+  };
+  bits(d->devices, SIEVE_DEVICE_CPU | SIEVE_DEVICE_CUDA, "devices", true);
+  bits(d->dtypes, SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16, "dtypes", true);
+  bits(d->layouts, SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED, "layouts", true);
+  bits(d->features, SIEVE_KV_FEATURE_SIDECARS | SIEVE_KV_FEATURE_EVICTION | SIEVE_KV_FEATURE_PRE_ROPE_K |
+                        SIEVE_KV_FEATURE_ENGINE_PAGES, "features", false);
+  if (d->n_page_sizes && !d->page_sizes)
+    bad("page_sizes: n is " + std::to_string(d->n_page_sizes) + " but the array is NULL");
+  else if (d->n_page_sizes > kMaxListedSizes)
+    bad("page_sizes: n is " + std::to_string(d->n_page_sizes) + ", beyond the limit " +
+        std::to_string(kMaxListedSizes));
+  else
+    for (uint32_t i = 0; i < d->n_page_sizes; ++i)
+      if (d->page_sizes[i] <= 0 || d->page_sizes[i] > kMaxPageSize) {
+        bad("page_sizes[" + std::to_string(i) + "] = " + std::to_string(d->page_sizes[i]) +
+            " (must be in [1, " + std::to_string(kMaxPageSize) + "])");
+        break;
+      }
+  if (!api) return out;
+  // A feature a policy may be granted must be reachable through the table.
+  auto needs = [&](uint32_t bit, const char* feature, std::initializer_list<std::pair<const void*, const char*>> fns) {
+    if (!(d->features & bit)) return;
+    for (auto& [fn, name] : fns)
+      if (!fn) bad(std::string("features has ") + feature + " but '" + name + "' is NULL");
+  };
+  needs(SIEVE_KV_FEATURE_SIDECARS, "SIDECARS",
+        {{reinterpret_cast<const void*>(api->register_sidecar), "register_sidecar"},
+         {reinterpret_cast<const void*>(api->sidecar), "sidecar"}});
+  needs(SIEVE_KV_FEATURE_EVICTION, "EVICTION", {{reinterpret_cast<const void*>(api->evict), "evict"}});
+  const bool has_bind = SIEVE_HAS_FIELD(api, sieve_kv_store_api, bind_pages) && api->bind_pages;
+  needs(SIEVE_KV_FEATURE_ENGINE_PAGES, "ENGINE_PAGES",
+        {{has_bind ? reinterpret_cast<const void*>(api->bind_pages) : nullptr, "bind_pages"}});
   return out;
 }
 

@@ -248,7 +248,7 @@ bool parse_params(const ParamSchema& schema, const ParamPairs& user, ParamValues
       if (!near.empty())
         line += " (did you mean '" + near + "'?)";
       else if (names.empty())
-        line += " (this policy takes no parameters)";
+        line += " (it takes no parameters)";
       else
         line += " (known: " + join(names, ", ") + ")";
       errors->push_back(line);

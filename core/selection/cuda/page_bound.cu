@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kAppendThreads) minmax_append(MinMaxAppendLaun
   T* side = static_cast<T*>(a.sidecar);
   for (int32_t i = int32_t(threadIdx.x); i < H * d; i += kAppendThreads) {
     const int32_t h = i / d, c = i % d;
-    const int64_t kbase = ((phys * H + h) * ps) * d + c;
+    const int64_t kbase = a.k_strides.row(phys, h, 0) + c;
     const int64_t sbase = (phys * H + h) * 2 * d + c;
     int32_t t = offset;
     float mn, mx;
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kAppendThreads) minmax_append(MinMaxAppendLaun
       mx = to_f32(side[sbase + d]);
     }
     for (; t < stop; ++t) {
-      const float v = to_f32(k[kbase + int64_t(t) * d]);
+      const float v = to_f32(k[kbase + int64_t(t) * a.k_strides.token]);
       mn = fminf(mn, v);
       mx = fmaxf(mx, v);
     }

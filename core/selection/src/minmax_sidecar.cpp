@@ -105,6 +105,8 @@ bool MinMaxSidecar::on_append(const sieve_layer_call& call, void* stream) {
 #if SIEVE_SELECTION_CUDA
     MinMaxAppendLaunch a{};
     a.k_pages = data_ptr<const void>(view.k_pages);
+    const std::string bad_strides = page_strides(view.k_pages, "on_append: kv.k_pages", &a.k_strides);
+    require(bad_strides.empty(), SIEVE_ERR_INVALID_ARGUMENT, bad_strides);
     a.sidecar = data_ptr<void>(side);
     a.kv_dtype = require_storage(view.k_pages.dtype, "on_append: the key pages");
     require(same_dtype(view.k_pages.dtype, side.dtype), SIEVE_ERR_INVALID_ARGUMENT,

@@ -2,6 +2,7 @@
 #include "sieve/selection/page_bound.hpp"
 
 #include <sieve/util/error.hpp>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <algorithm>
@@ -10,12 +11,22 @@
 namespace sieve::selection {
 namespace {
 
-// [capacity, n_kv_heads, page_size, head_dim] pages and a [capacity, n_kv_heads, 2*head_dim]
-// sidecar of the same dtype, both compact on the CPU.
-void check_pair(const sieve_paged_kv& view, const DLTensor& sidecar) {
+// The strides of [capacity, n_kv_heads, page_size, head_dim] CPU K pages (any layout
+// page_strides accepts).
+PageStrides k_strides(const DLTensor& k) {
+  require(k.data && k.ndim == 4 && k.device.device_type == kDLCPU, SIEVE_ERR_INVALID_ARGUMENT,
+          "page bound: K pages must be a 4-d CPU tensor");
+  PageStrides at;
+  const std::string e = page_strides(k, "page bound: K pages", &at);
+  require(e.empty(), SIEVE_ERR_INVALID_ARGUMENT, e);
+  return at;
+}
+
+// K pages (k_strides) and a compact [capacity, n_kv_heads, 2*head_dim] CPU sidecar of their
+// dtype; returns the pages' strides.
+PageStrides check_pair(const sieve_paged_kv& view, const DLTensor& sidecar) {
   const DLTensor& k = view.k_pages;
-  require(k.data && k.ndim == 4 && is_contiguous(k) && k.device.device_type == kDLCPU,
-          SIEVE_ERR_INVALID_ARGUMENT, "page bound: K pages must be a compact 4-d CPU tensor");
+  const PageStrides at = k_strides(k);
   require(sidecar.data && sidecar.ndim == 3 && is_contiguous(sidecar) &&
               sidecar.device.device_type == kDLCPU && sidecar.shape[0] >= k.shape[0] &&
               sidecar.shape[1] == k.shape[1] && sidecar.shape[2] == 2 * k.shape[3],
@@ -25,13 +36,14 @@ void check_pair(const sieve_paged_kv& view, const DLTensor& sidecar) {
   require(same_dtype(sidecar.dtype, k.dtype), SIEVE_ERR_INVALID_ARGUMENT,
           "page bound: sidecar dtype " + dtype_name(sidecar.dtype) + " differs from the K pages' " +
               dtype_name(k.dtype));
+  return at;
 }
 
 }  // namespace
 
 void minmax_on_append_cpu(const sieve_paged_kv& view, const int32_t* new_tokens,
                           const DLTensor& sidecar) {
-  check_pair(view, sidecar);
+  const PageStrides at = check_pair(view, sidecar);
   const DLTensor& k = view.k_pages;
   const int64_t H = k.shape[1], ps = k.shape[2], d = k.shape[3];
   const int32_t* pages = data_ptr<const int32_t>(view.indices);  // CPU view: host-readable
@@ -50,20 +62,20 @@ void minmax_on_append_cpu(const sieve_paged_kv& view, const int32_t* new_tokens,
       const int64_t end = std::min<int64_t>(len, (logical + 1) * ps);
       const int64_t phys = pages[view.indptr_host[b] + logical];
       for (int64_t h = 0; h < H; ++h) {
-        const int64_t kbase = ((phys * H + h) * ps) * d;
+        const int64_t kbase = at.row(phys, h, 0);
         const int64_t sbase = (phys * H + h) * 2 * d;
         for (int64_t c = 0; c < d; ++c) {
           float mn, mx;
           int64_t t = offset;
           if (offset == 0) {  // the page's first token initialises it (the sidecar was zeroed)
-            mn = mx = load_float(kb, k.dtype, kbase + t * d + c);
+            mn = mx = load_float(kb, k.dtype, kbase + t * at.token + c);
             ++t;
           } else {
             mn = load_float(sb, sidecar.dtype, sbase + c);
             mx = load_float(sb, sidecar.dtype, sbase + d + c);
           }
           for (int64_t tt = t; tt < end - logical * ps; ++tt) {
-            const float v = load_float(kb, k.dtype, kbase + tt * d + c);
+            const float v = load_float(kb, k.dtype, kbase + tt * at.token + c);
             mn = std::min(mn, v);
             mx = std::max(mx, v);
           }
@@ -80,13 +92,14 @@ void minmax_on_append_cpu(const sieve_paged_kv& view, const int32_t* new_tokens,
 void minmax_recompute_cpu(const sieve_paged_kv& view, int32_t physical_page, int32_t kv_head,
                           int32_t tokens, float* mn, float* mx) {
   const DLTensor& k = view.k_pages;
-  const int64_t H = k.shape[1], ps = k.shape[2], d = k.shape[3];
+  const PageStrides at = k_strides(k);
+  const int64_t d = k.shape[3];
   const void* kb = data_ptr<const void>(k);
-  const int64_t kbase = ((int64_t(physical_page) * H + kv_head) * ps) * d;
+  const int64_t kbase = at.row(physical_page, kv_head, 0);
   for (int64_t c = 0; c < d; ++c) {
     mn[c] = mx[c] = load_float(kb, k.dtype, kbase + c);
     for (int64_t t = 1; t < tokens; ++t) {
-      const float v = load_float(kb, k.dtype, kbase + t * d + c);
+      const float v = load_float(kb, k.dtype, kbase + t * at.token + c);
       mn[c] = std::min(mn[c], v);
       mx[c] = std::max(mx[c], v);
     }

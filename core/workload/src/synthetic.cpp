@@ -7,15 +7,15 @@
 #include <memory>
 
 #include "sieve/kernels/attention_args.hpp"
-#include "sieve/kv/paged_store.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/fidelity.hpp"
 #include "sieve/reference/long_context.hpp"
 #include "sieve/reference/planted.hpp"
 #include "sieve/reference/workload.hpp"
 #include "sieve/runtime/host_copy.hpp"
-#include "sieve/runtime/layer_runner.hpp"
+#include "sieve/runtime/session.hpp"
 #include "sieve/util/error.hpp"
+#include "sieve/util/page_layout.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime {
@@ -53,24 +53,17 @@ HostTensor gather_tokens(const reference::Workload& w, const HostTensor& pages, 
   const int32_t* indptr = w.kv_indptr.data<int32_t>();
   const int32_t* indices = w.kv_indices.data<int32_t>();
   const size_t eb = dtype_bytes(pages.dl().dtype);
+  const PageStrides at = compact_hnd_strides(sp.n_kv_heads, sp.page_size, sp.head_dim);  // a Workload's pool
   for (int32_t tok = from; tok < to; ++tok) {
     int32_t page = indices[indptr[b] + tok / sp.page_size];
     for (int32_t h = 0; h < sp.n_kv_heads; ++h) {
-      int64_t src = ((int64_t(page) * sp.n_kv_heads + h) * sp.page_size + tok % sp.page_size) * sp.head_dim;
+      int64_t src = at.row(page, h, tok % sp.page_size);
       int64_t dst = (int64_t(tok - from) * sp.n_kv_heads + h) * sp.head_dim;
       std::memcpy(t.data<char>() + dst * eb, pages.data<char>() + src * eb, size_t(sp.head_dim) * eb);
     }
   }
   return t;
 }
-
-struct StoreHandle {
-  const sieve_kv_store_api* api = nullptr;
-  sieve_kv_store* store = nullptr;
-  ~StoreHandle() {
-    if (store) api->destroy(store);
-  }
-};
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -95,14 +88,10 @@ double attended_fraction(const sieve_attention_args& args, int32_t n_q_tokens) {
 
 // Per sequence, which logical pages of `before` (the view the layer's attention used) the store
 // still holds now (after end_step's evictions): physical page ids are stable while resident.
-std::vector<std::vector<uint8_t>> kept_pages(HostServices& services, const sieve_kv_store_api& api,
-                                             sieve_kv_store* store, int32_t layer,
+std::vector<std::vector<uint8_t>> kept_pages(HostServices& services, Session& session, int32_t layer,
                                              const std::vector<int32_t>& seq_ids, const HostPagedView& before) {
-  sieve_paged_kv now{};
-  require(api.view(store, layer, seq_ids.data(), int32_t(seq_ids.size()), &now) == SIEVE_OK, SIEVE_ERR_INTERNAL,
-          api.last_error(store));
   HostPagedView after;
-  copy_view_to_host(services, now, &after);
+  copy_view_to_host(services, session.view(layer, seq_ids.data(), int32_t(seq_ids.size())), &after);
   std::vector<std::vector<uint8_t>> kept(seq_ids.size());
   const int32_t* bi = before.view.indptr_host;
   const int32_t* ai = after.view.indptr_host;
@@ -190,23 +179,19 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
       return failed(all);
     }
 
-    StoreHandle store;
-    store.api = spec.device.device_type == kDLCUDA ? kv::paged_cuda_store_api() : kv::paged_cpu_store_api();
-    require(store.api != nullptr, SIEVE_ERR_UNSUPPORTED, "this build has no CUDA KV store");
-    sieve_kv_config kc{};
-    kc.hdr = SIEVE_HEADER_INIT(sieve_kv_config);
-    kc.geometry = g;
     int32_t pages = 0;
     for (int32_t c : spec.context) pages += kernels::ceil_div(c, spec.page_size);
-    kc.pages_per_layer = pages + batch;
-    kc.keep_pre_rope_k = (chains.needs & SIEVE_NEEDS_PRE_ROPE_K) ? 1 : 0;
-    std::string reason;
-    sieve_reason_sink sink{&reason, [](void* c, const char* m) { *static_cast<std::string*>(c) = m; }};
-    if (store.api->create(services.table(), &kc, &store.store, sink) != SIEVE_OK)
-      return failed("KV store '" + std::string(store.api->name) + "': " + reason);
+    Session::Options so;
+    so.pages_per_layer = pages + batch;
+    so.runner.check = spec.check;
+    so.runner.record_selections = true;
+    Session session(services, g, std::move(chains), so);
+    const sieve_kv_store_api* store_api = session.store_api();
+    sieve_kv_store* store = session.store();
+    const bool keep_pre_rope_k = session.store_config().keep_pre_rope_k != 0;
+    const uint32_t needs = session.needs();
     std::vector<int32_t> seq_ids(static_cast<size_t>(batch));
-    for (auto& id : seq_ids)
-      require(store.api->add_sequence(store.store, &id) == SIEVE_OK, SIEVE_ERR_INTERNAL, "add_sequence failed");
+    for (auto& id : seq_ids) id = session.add_sequence();
 
     // The earlier context enters the store directly (no attention is computed for it), in every
     // layer the call runs.
@@ -225,9 +210,9 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
         a.token_indptr = indptr;
         a.k = dk.get();
         a.v = dv.get();
-        a.k_pre_rope = kc.keep_pre_rope_k ? dk.get() : nullptr;  // synthetic: no rotation applied
-        if (store.api->append(store.store, &a) != SIEVE_OK)
-          return failed("KV store append: " + std::string(store.api->last_error(store.store)));
+        a.k_pre_rope = keep_pre_rope_k ? dk.get() : nullptr;  // synthetic: no rotation applied
+        if (store_api->append(store, &a) != SIEVE_OK)
+          return failed("KV store append: " + std::string(store_api->last_error(store)));
       }
 
     // The call's new tokens, laid out like a model layer sends them.
@@ -253,10 +238,7 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     DeviceTensor dq(services, w.q), dk(services, k_rows), dv(services, v_rows), dqo(services, qo),
         dout(services, out_host);
 
-    LayerRunner::Options opt;
-    opt.check = spec.check;
-    opt.record_selections = true;
-    LayerRunner runner(services, g, store.store, store.api, chains, opt);
+    LayerRunner& runner = session.runner();
     LayerInputs in;
     in.phase = spec.phase;
     in.batch = batch;
@@ -265,10 +247,10 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
     in.qo_indptr = dqo.get();
     in.positions_host = positions.data();
     in.q = dq.get();
-    in.q_pre_rope = (chains.needs & SIEVE_NEEDS_PRE_ROPE_Q) ? dq.get() : nullptr;
+    in.q_pre_rope = (needs & SIEVE_NEEDS_PRE_ROPE_Q) ? dq.get() : nullptr;
     in.k = dk.get();
     in.v = dv.get();
-    in.k_pre_rope = kc.keep_pre_rope_k ? dk.get() : nullptr;
+    in.k_pre_rope = keep_pre_rope_k ? dk.get() : nullptr;
 
     // Each layer's output and paged view as its attention saw them (before end_step may evict).
     std::vector<HostTensor> outs;
@@ -291,24 +273,19 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
       outs.emplace_back(HostTensor({total_new, spec.n_q_heads, spec.head_dim}, kF32));
       require(services.copy(outs.back().dl().data, kCpu, dout.get()->data, spec.device, out_host.nbytes(), &err),
               SIEVE_ERR_DEVICE, err);
-      sieve_paged_kv view{};
-      require(store.api->view(store.store, layer, seq_ids.data(), batch, &view) == SIEVE_OK, SIEVE_ERR_INTERNAL,
-              store.api->last_error(store.store));
-      copy_view_to_host(services, view, &views[size_t(layer)]);
+      copy_view_to_host(services, session.view(layer, seq_ids.data(), batch), &views[size_t(layer)]);
     }
-    uint64_t bytes_before_end = 0;
-    store.api->bytes_in_use(store.store, &bytes_before_end);
+    const uint64_t bytes_before_end = session.bytes_in_use();
     if (runner.end_step(spec.phase, 0, seq_ids.data(), batch, &err) != SIEVE_OK) return failed(err);
     // The runner's own buffers grow on first use; what else was allocated came from hooks.
     report->hook_allocations = services.allocation_count() - allocs_before - runner.buffer_allocations();
-    uint64_t bytes = 0;
-    store.api->bytes_in_use(store.store, &bytes);
+    const uint64_t bytes = session.bytes_in_use();
     report->kv_bytes = bytes;
     report->evicted_bytes = bytes_before_end > bytes ? bytes_before_end - bytes : 0;
 
     bool output_rewritten = false;
-    for (const auto& inst : chains.instances)
-      output_rewritten |= inst.api().attend != nullptr || inst.api().correct != nullptr;
+    for (size_t i = 0; i < session.chains().instances.size(); ++i)
+      output_rewritten |= (session.runner().hooks(i) & (SIEVE_HOOK_ATTEND | SIEVE_HOOK_CORRECT)) != 0;
     report->rel_err = 0;
     report->kernel_rel_err = output_rewritten ? -1 : 0;
     report->recall = 1;
@@ -338,14 +315,12 @@ bool run_synthetic(const SyntheticSpec& spec, const ChainSpec& chain_spec, const
       report->recall = std::min(report->recall, reference::attention_recall(args));
       report->attended_fraction = std::min(report->attended_fraction, attended_fraction(args, total_new));
       if (spec.planted_keys > 0) {
-        const std::vector<std::vector<uint8_t>> kept = kept_pages(services, *store.api, store.store, layer, seq_ids, hv);
+        const std::vector<std::vector<uint8_t>> kept = kept_pages(services, session, layer, seq_ids, hv);
         const double r = reference::planted_recall(args, planted, &kept);
         if (r >= 0) report->planted_recall = report->planted_recall < 0 ? r : std::min(report->planted_recall, r);
       }
     }
-    sieve_paged_kv view{};
-    require(store.api->view(store.store, 0, seq_ids.data(), batch, &view) == SIEVE_OK, SIEVE_ERR_INTERNAL,
-            store.api->last_error(store.store));
+    const sieve_paged_kv view = session.view(0, seq_ids.data(), batch);
 
     // The dense core kernel alone on the same cache, for the speed ratio.
     {

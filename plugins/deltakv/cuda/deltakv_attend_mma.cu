@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 2) deltakv_attend_mma(const CudaLaun
     }
     if (page < 0) id = INT32_MAX;
     soff[st * kTileKeys + r] =
-        page >= 0 ? ((int64_t(page) * a.hkv + kvh) * a.page_size + pos % a.page_size) * D : -1;
+        page >= 0 ? a.kv_strides.row(page, kvh, pos % a.page_size) : -1;
     scol[st * kTileKeys + r] = id;
     sbias[st * kTileKeys + r] = bias;
   };
@@ -292,8 +292,12 @@ cudaError_t launch_d(const CudaLaunch& a, int32_t hg, int32_t tile_tokens, dim3 
 }  // namespace
 
 bool mma_attend_applies(const CudaLaunch& a) {
+  // cp.async copies 16-byte pieces of K/V rows: every row must start on a 16-byte boundary (2-byte
+  // elements: base aligned, strides multiples of 8); a pool that does not takes the FMA kernel.
+  const bool rows_aligned = (reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) % 16 == 0 &&
+                            (a.kv_strides.page | a.kv_strides.head | a.kv_strides.token) % 8 == 0;
   return a.kv_dt != Storage::f32 && a.q_dt == a.kv_dt && (a.d == 64 || a.d == 128) &&
-         a.attend.phase2 != kPhase2Off;
+         a.attend.phase2 != kPhase2Off && rows_aligned;
 }
 
 cudaError_t launch_attend_mma(const CudaLaunch& a) {

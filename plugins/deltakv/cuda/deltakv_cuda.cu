@@ -49,7 +49,7 @@ __device__ inline int64_t key_offset(const CudaLaunch& a, int32_t b, int32_t kvh
   if (slot < 0 || slot >= a.kv_indices_len) return -1;
   const int32_t phys = a.kv_indices[slot];
   if (phys < 0 || phys >= a.page_capacity) return -1;
-  return ((int64_t(phys) * a.hkv + kvh) * a.page_size + pos % a.page_size) * a.d;
+  return a.kv_strides.row(phys, kvh, pos % a.page_size);
 }
 
 __device__ inline float warp_sum(float x) {

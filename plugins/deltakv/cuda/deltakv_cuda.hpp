@@ -5,6 +5,7 @@
 
 #include "deltakv_math.hpp"
 #include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/page_layout.hpp"
 
 namespace sieve::deltakv {
 
@@ -22,8 +23,9 @@ struct CudaLaunch {
   const int32_t* last_page_len;  // [batch]
   const int32_t* kv_indices;     // [kv_indices_len]
   int64_t kv_indices_len;
-  const void* k;                 // pages [page_capacity, hkv, page_size, d]
+  const void* k;                 // pages [page_capacity, hkv, page_size, d] (data_ptr of the view's)
   const void* v;
+  PageStrides kv_strides;        // their layout (view_page_strides: K and V share it)
   int64_t page_capacity;
   Storage kv_dt;
   const void* q;                 // [n_q_tokens, hq, d]

@@ -90,9 +90,7 @@ __global__ void __launch_bounds__(kThreads) deltax_attend_kernel(const DeltaxLau
         const int64_t p = s_pos[r];
         float kx = 0.f, vx = 0.f;
         if (p >= 0 && dim < a.d) {
-          const int64_t off =
-              ((int64_t(a.pages[p / a.page_size]) * a.hkv + kvh) * a.page_size + p % a.page_size) *
-                  a.d + dim;
+          const int64_t off = a.kv_strides.row(a.pages[p / a.page_size], kvh, p % a.page_size) + dim;
           kx = load_storage(a.k_pages, a.kv_dtype, off);
           vx = load_storage(a.v_pages, a.kv_dtype, off);
         }

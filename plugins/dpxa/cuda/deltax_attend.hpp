@@ -3,7 +3,9 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/dpxa_select.hpp"
 #include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/page_layout.hpp"
 
 namespace sieve::dpxa {
 
@@ -16,8 +18,9 @@ struct DeltaxLaunch {
   Storage q_dtype;
   int64_t q_token0;           // this sequence's first row of q / out
   int64_t n_new, kv_len;
-  const void* k_pages;        // [capacity, hkv, page_size, d]
+  const void* k_pages;        // [capacity, hkv, page_size, d] (data_ptr of the view's pages)
   const void* v_pages;
+  PageStrides kv_strides;     // the layout of both (view_page_strides: K and V share it)
   Storage kv_dtype;
   const int32_t* pages;       // device: this sequence's physical page ids
   void* out;                  // [n_q_tokens, hq, d]
@@ -36,5 +39,10 @@ struct DeltaxLaunch {
 // Enqueue the sequence's attention on a.stream (no allocation, no synchronisation). NULL, or the
 // CUDA error string of a failed launch.
 const char* launch_deltax_attend(const DeltaxLaunch& a) noexcept;
+
+// After launch_sequence of a mode=deltax select (a.exact_bits set): which kept tiles of each
+// (query block, q head) row are exact, into a.exact_bits (deltax_exact.cu). NULL, or the CUDA
+// error string of a failed launch.
+const char* launch_exact_tiles(const SequenceLaunch& a) noexcept;
 
 }  // namespace sieve::dpxa

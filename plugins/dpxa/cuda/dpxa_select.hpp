@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/page_layout.hpp"
 
 namespace sieve::dpxa {
 
@@ -23,7 +24,8 @@ struct SequenceLaunch {
   Storage kv_dtype;
   int64_t q_token0;       // this sequence's first row of q
   int64_t n_new, kv_len;
-  const void* k_pages;    // [capacity, hkv, page_size, d]
+  const void* k_pages;    // [capacity, hkv, page_size, d] (data_ptr of the view's k_pages)
+  PageStrides k_strides;  // ... laid out as these strides say (sieve/util/page_layout.hpp)
   const int32_t* pages;   // device: this sequence's physical page ids (view.indices + indptr[b])
   int32_t QB, KB;         // query blocks, candidate key blocks (ceil(kv_len / B))
   int64_t tiles_per_head; // Σ_t n_candidates(t)

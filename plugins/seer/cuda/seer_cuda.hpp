@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/page_layout.hpp"
 
 namespace sieve::seer {
 
@@ -17,6 +18,7 @@ struct SeerCudaCommon {
   bool rmsnorm;
   float rope_theta;
   float* cache;       // device sidecar [page_capacity, n_kv_heads, gate_dim + 1] f32
+  PageStrides k_pre_strides;  // where a pre-RoPE key row lives (the view's layout), when k_pre is read
   void* stream;       // cudaStream_t
 };
 

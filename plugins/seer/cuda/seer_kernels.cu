@@ -54,8 +54,7 @@ __device__ void fill_block(const SeerCudaCommon& c, const void* k_pre, Storage k
     float mx = -INFINITY, mn = INFINITY, sum = 0.f;
     for (int32_t t = 0; t < c.block; ++t) {
       const int64_t tok = int64_t(j) * c.block + t;
-      const int64_t at =
-          ((int64_t(pages[tok / c.page_size]) * c.n_kv_heads + h) * c.page_size + tok % c.page_size) * d;
+      const int64_t at = c.k_pre_strides.row(pages[tok / c.page_size], h, tok % c.page_size);
       const float v = load_storage(k_pre, k_elem, at + ch);
       mx = v > mx ? v : mx;
       mn = v < mn ? v : mn;

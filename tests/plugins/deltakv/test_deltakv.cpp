@@ -14,6 +14,7 @@
 #include "cpu/deltakv_cpu.hpp"
 #include "deltakv_scenario.hpp"
 #include "sieve/reference/attention_ref.hpp"
+#include "sieve/reference/page_pool.hpp"
 #include "sieve/runtime/conformance.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "support/chain_session.hpp"
@@ -226,6 +227,37 @@ TEST_F(DeltaKv, Bf16) {
   DkvOpts o;
   o.q_block = 16;
   check(o, sieve::kBF16);  // the bound adds the bf16 output's rounding
+}
+
+// Engine page layouts (ABI 1.1 strided views): the same K/V laid out HND, NHD and as combined
+// pools (V at a byte_offset) gives bit-identical outputs (NaN-poisoned before each call), f32 and
+// bf16, count weighting on and off.
+TEST_F(DeltaKv, EngineLayoutsGiveBitIdenticalOutputs) {
+  for (const DLDataType dtype : {sieve::kF32, sieve::kBF16})
+    for (const bool cw : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << sieve::dtype_name(dtype) << " count_weighting " << cw);
+      DkvOpts o;
+      o.q_block = 16;
+      o.count_weighting = cw;
+      DkvScenario sc(dtype, 16, {300, 77, 200, 9, 131}, {300, 77, 150, 0, 131}, 11 + dtype.bits);
+      sieve_policy* p = create(sc.geometry, o);
+      ASSERT_NE(p, nullptr);
+      auto once = [&] {
+        sc.w.poison_outputs();
+        EXPECT_EQ(attend(p, sc), SIEVE_OK) << api_->last_error(p);
+        return std::vector<unsigned char>(sc.w.out.data<unsigned char>(),
+                                          sc.w.out.data<unsigned char>() + sc.w.out.nbytes());
+      };
+      const std::vector<unsigned char> want = once();
+      const sieve_paged_kv compact = sc.w.kv;
+      for (const sieve::KvLayout layout : sieve::kKvLayouts) {
+        SCOPED_TRACE(sieve::kv_layout_name(layout));
+        sieve::reference::LaidOutPool pool(sc.w.k_pages.dl(), sc.w.v_pages.dl(), layout);
+        pool.install(sc.w.kv);
+        EXPECT_TRUE(once() == want) << "output differs from the compact pool's";
+        sc.w.kv = compact;
+      }
+    }
 }
 
 // A threshold no cosine reaches keeps every key: count 1 everywhere, phase 1 + phase 2 = every

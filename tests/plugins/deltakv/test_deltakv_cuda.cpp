@@ -9,12 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 
 #include "common/attention_tolerance.hpp"
 #include "cpu/deltakv_cpu.hpp"
 #include "cuda/deltakv_cuda.hpp"
 #include "deltakv_scenario.hpp"
 #include "sieve/reference/long_context.hpp"
+#include "sieve/reference/page_pool.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "support/cuda_device.hpp"
 #include "support/plugin_library.hpp"
@@ -49,9 +51,10 @@ struct DeviceTensor {
   DLTensor t{};
 };
 
-// The scenario's call with every tensor on the device (host mirrors unchanged).
+// The scenario's call with every tensor on the device (host mirrors unchanged). With a `pool`, K
+// and V are its engine-layout copy (strided views over one device buffer).
 struct DeviceCall {
-  explicit DeviceCall(DkvScenario& sc)
+  explicit DeviceCall(DkvScenario& sc, const sieve::reference::LaidOutPool* pool = nullptr)
       : q(sc.w.q.dl()), out(sc.w.out.dl(), true), qo(sc.w.qo_indptr.dl()), k(sc.w.k_pages.dl()),
         v(sc.w.v_pages.dl()), indptr(sc.w.kv_indptr.dl()), indices(sc.w.kv_indices.dl()),
         last(sc.w.kv_last_page_len.dl()) {
@@ -60,6 +63,11 @@ struct DeviceCall {
     view = sc.w.kv;
     view.k_pages = k.t;
     view.v_pages = v.t;
+    if (pool) {
+      pool_mem = std::make_unique<DeviceTensor>(pool->storage.dl());
+      view.k_pages = pool->k_view(pool_mem->t);
+      view.v_pages = pool->v_view(pool_mem->t);
+    }
     view.indptr = indptr.t;
     view.indices = indices.t;
     view.last_page_len = last.t;
@@ -70,6 +78,7 @@ struct DeviceCall {
     call.geometry = &geometry;
   }
   DeviceTensor q, out, qo, k, v, indptr, indices, last;
+  std::unique_ptr<DeviceTensor> pool_mem;
   sieve_geometry geometry{};
   sieve_paged_kv view{};
   sieve_layer_call call{};
@@ -103,6 +112,7 @@ void check_pack(DkvScenario& sc, const DkvOpts& o, int32_t layer = 1) {
   a.kv_indices_len = dc.indices.shape[0];
   a.k = dc.k.ptr;
   a.v = dc.v.ptr;
+  a.kv_strides = sieve::compact_hnd_strides(g.n_kv_heads, g.page_size, g.head_dim);  // the workload's pool
   a.page_capacity = dc.k.shape[0];
   a.kv_dt = sieve::require_storage(g.kv_dtype, "the scenario's KV pages");
   a.batch = sc.w.batch;
@@ -293,6 +303,39 @@ TEST_F(DeltaKvCuda, AblationsMatchTheCpu) {
 
 // The tensor-core stage 3 (16-bit q and K/V, head_dim 64/128) under every option it serves, and
 // the FMA fallback for 16-bit phase2=off.
+// Engine page layouts (ABI 1.1 strided views): the same K/V laid out HND, NHD and as combined
+// pools gives bit-identical device outputs on the tensor-core kernel (bf16, d 128) and the FMA
+// one (f32).
+TEST_F(DeltaKvCuda, EngineLayoutsGiveBitIdenticalOutputs) {
+  for (const DLDataType dtype : {sieve::kBF16, sieve::kF32}) {
+    SCOPED_TRACE(sieve::dtype_name(dtype));
+    DkvOpts o;
+    o.chunk = 64;
+    o.q_block = 16;
+    DkvScenario sc(dtype, 128);
+    auto once = [&](const sieve::reference::LaidOutPool* pool) {
+      DeviceCall dc(sc, pool);
+      sieve_policy* gpu = create(*gpu_, dc.geometry, o);
+      EXPECT_NE(gpu, nullptr);
+      sieve_selection sel{};
+      sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
+      sel.kind = SIEVE_SEL_ALL;
+      if (gpu) EXPECT_EQ(api_->attend(gpu, &dc.call, &sel, &dc.out.t), SIEVE_OK) << api_->last_error(gpu);
+      std::string error;
+      EXPECT_TRUE(gpu_->synchronize(&error)) << error;
+      std::vector<unsigned char> bytes(dc.out.bytes);
+      cudaMemcpy(bytes.data(), dc.out.ptr, bytes.size(), cudaMemcpyDeviceToHost);
+      return bytes;
+    };
+    const std::vector<unsigned char> want = once(nullptr);
+    for (const sieve::KvLayout layout : sieve::kKvLayouts) {
+      SCOPED_TRACE(sieve::kv_layout_name(layout));
+      sieve::reference::LaidOutPool pool(sc.w.k_pages.dl(), sc.w.v_pages.dl(), layout);
+      EXPECT_TRUE(once(&pool) == want) << "output differs from the compact pool's";
+    }
+  }
+}
+
 TEST_F(DeltaKvCuda, TensorCoreOptionsMatchTheCpu) {
   DkvOpts o;
   o.chunk = 64;

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "dpxa_scenario.hpp"
+#include "sieve/reference/page_pool.hpp"
 #include "sieve/util/tensor.hpp"
 #include "support/host_selection.hpp"
 
@@ -42,9 +44,10 @@ inline size_t tensor_bytes(const sieve::HostTensor& t) {
   return size_t(t.numel()) * sieve::dtype_bytes(t.dl().dtype);
 }
 
-// The scenario's layer call with every tensor on the device (the host mirrors stay host).
+// The scenario's layer call with every tensor on the device (the host mirrors stay host). With a
+// `pool`, K and V are its engine-layout copy (strided views over one device buffer).
 struct DeviceCall {
-  explicit DeviceCall(DpxaScenario& sc)
+  explicit DeviceCall(DpxaScenario& sc, const sieve::reference::LaidOutPool* pool = nullptr)
       : q(tensor_bytes(sc.w.q), sc.w.q.dl().data),
         out(tensor_bytes(sc.w.out)),
         k(tensor_bytes(sc.w.k_pages), sc.w.k_pages.dl().data),
@@ -68,6 +71,12 @@ struct DeviceCall {
     view = sc.w.kv;
     view.k_pages = on_device(view.k_pages, k.p);
     view.v_pages = on_device(view.v_pages, v.p);
+    if (pool) {
+      pool_bytes = std::make_unique<DeviceBytes>(tensor_bytes(pool->storage), pool->storage.dl().data);
+      const DLTensor mem = on_device(pool->storage.dl(), pool_bytes->p);
+      view.k_pages = pool->k_view(mem);
+      view.v_pages = pool->v_view(mem);
+    }
     view.indptr = on_device(view.indptr, indptr.p);
     view.indices = on_device(view.indices, indices.p);
     view.last_page_len = on_device(view.last_page_len, last.p);
@@ -90,6 +99,7 @@ struct DeviceCall {
     return o;
   }
   DeviceBytes q, out, k, v, qo, indptr, indices, last;
+  std::unique_ptr<DeviceBytes> pool_bytes;
   DLDataType out_dtype;
   DLTensor q_t{}, out_t{}, qo_t{};
   sieve_geometry geometry{};

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/attention_tolerance.hpp"
+#include "sieve/kernels/attention_args.hpp"
 #include "sieve/reference/long_context.hpp"
 #include "sieve/reference/workload.hpp"
 #include "support/layer_call.hpp"
@@ -248,6 +249,18 @@ inline double worst_rel(const std::vector<double>& got, const std::vector<double
     e = std::max(e, std::isfinite(got[i]) ? std::abs(got[i] - want[i]) / (1 + std::abs(want[i]))
                                           : INFINITY);
   return e;
+}
+
+// What a host does with one instance after its select (ABI 1.1): the instance's attend when its
+// hooks name it (mode=deltax), else the core kernel of `services` on its selection (mode=select).
+inline sieve_status attend_as_host(const sieve_policy_api* api, sieve_policy* p, const sieve_layer_call& call,
+                                   const sieve_selection* sel, DLTensor* out, const sieve_host_services* services) {
+  if (api->instance_hooks(p) & SIEVE_HOOK_ATTEND) return api->attend(p, &call, sel, out);
+  const sieve_geometry& g = *call.geometry;
+  sieve_attention_args a = kernels::make_attention_args(call.phase, g.n_q_heads, g.n_kv_heads, g.head_dim, call.q,
+                                                        out, call.qo_indptr, call.qo_indptr_host, call.kv_view);
+  a.selection = sel;
+  return services->kernels->attend(services->host_ctx, &a);
 }
 
 // The dpxa CPU tests' fixture: the plugin, a host (Host: the mock services, or the runtime's real

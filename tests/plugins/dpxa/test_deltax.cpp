@@ -1,22 +1,22 @@
 // dpxa mode=deltax (DeltaXAttention, paper 001 §4.2) on the CPU, through the plugin's select and
-// attend hooks with the runtime's real host services (mode=select hands attend to the core
-// kernel): exact_top = 1 is the block-sparse result; the output equals a plain f64 recomputation
+// attend hooks with the runtime's real host services (mode=select uses select alone, and the core
+// kernel computes its tiles, as a host does): exact_top = 1 is the block-sparse result; the output equals a plain f64 recomputation
 // (keys of packed tiles expanded `count` times, one dense softmax per row) on ragged GQA inputs
 // into a NaN-poisoned buffer; rows with only the sink and diagonal tiles are exact however hard
-// the packing; mode=select is the core kernel bit for bit; bad parameters are refused (CUDA:
+// the packing; each mode declares the hooks it uses (instance_hooks); bad parameters are refused (CUDA:
 // test_deltax_cuda.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 
 #include "common/attention_tolerance.hpp"
 #include "math/dpxa_tiles.hpp"
 #include "dpxa_scenario.hpp"
 #include "sieve/packing/pack_cpu.hpp"
+#include "sieve/reference/page_pool.hpp"
 #include "sieve/runtime/conformance.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "support/host_selection.hpp"
@@ -33,7 +33,9 @@ using Rows = std::vector<std::vector<int32_t>>;
 class DeltaX : public DpxaTest<sieve::runtime::HostServices> {
  protected:
   DeltaX() : DpxaTest(sieve::kCpu) {}
-  // select + attend of one layer call into a NaN-poisoned output; the rows selected to *rows.
+  // One layer call as a host makes it, into a NaN-poisoned output: select, then the instance's
+  // attend when its hooks name it (mode=deltax), else the core kernel on its selection
+  // (mode=select). The rows selected to *rows.
   std::vector<double> run(DpxaScenario& sc, const DpxaArgs& a, Rows* rows = nullptr) {
     sieve_policy* p = create(sc.g, a);
     if (!p) return {};
@@ -41,7 +43,8 @@ class DeltaX : public DpxaTest<sieve::runtime::HostServices> {
     uint32_t stats = 0;
     EXPECT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(p);
     sc.w.poison_outputs();
-    EXPECT_EQ(api_->attend(p, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_OK) << api_->last_error(p);
+    EXPECT_EQ(attend_as_host(api_, p, sc.call, sel.get(), &sc.w.out.dl(), host_.table()), SIEVE_OK)
+        << api_->last_error(p);
     if (rows) *rows = sel.rows();
     return workload_output(sc.w);
   }
@@ -265,25 +268,81 @@ TEST_F(DeltaX, SinkAndDiagonalAreExact) {
   EXPECT_GT(worst_rel(dense_packed, run(sc, a)), 10 * rounding);
 }
 
-// mode=select's attend is the core kernel on the selection, bit for bit.
-TEST_F(DeltaX, SelectModeIsTheCoreKernel) {
-  DpxaScenario sc({260, 120}, {260, 50}, 16, 4, 2, 32, 5);
+// Each mode declares its hooks (ABI 1.1 instance_hooks): mode=select only selects, so the host
+// runs the core kernel on its tiles and chains count it as no attender; mode=deltax also attends.
+// The table keeps attend for deltax, and attend on a mode=select instance is refused.
+TEST_F(DeltaX, EachModeDeclaresTheHooksItUses) {
+  DpxaScenario sc({100}, {100}, 16);
   DpxaArgs a;
-  a.tau = 0.7;
-  Rows rows;
-  const auto plugin = run(sc, a, &rows);
-  sieve::reference::SelectionRows sr;
-  for (const auto& r : rows) sr.push_back(r);
-  sc.w.set_selection(SIEVE_SEL_PER_Q_HEAD, 32, 2, sr);
-  sc.w.poison_outputs();
-  const sieve_host_services* s = host_.table();
-  ASSERT_EQ(s->kernels->attend(s->host_ctx, &sc.w.args), SIEVE_OK);
-  const auto core = workload_output(sc.w);
-  ASSERT_EQ(plugin.size(), core.size());
-  EXPECT_EQ(std::memcmp(plugin.data(), core.data(), core.size() * sizeof(double)), 0);
+  sieve_policy* select = create(sc.g, a);
+  ASSERT_NE(select, nullptr);
+  ASSERT_NE(api_->instance_hooks, nullptr);
+  EXPECT_EQ(api_->instance_hooks(select), uint32_t(SIEVE_HOOK_SELECT));
+  a.mode = "deltax";
+  sieve_policy* deltax = create(sc.g, a);
+  ASSERT_NE(deltax, nullptr);
+  EXPECT_EQ(api_->instance_hooks(deltax), uint32_t(SIEVE_HOOK_SELECT | SIEVE_HOOK_ATTEND));
+  EXPECT_NE(api_->attend, nullptr);
+  HostSelection sel(int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads, 100000);
+  uint32_t stats = 0;
+  ASSERT_EQ(api_->select(select, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(select);
+  EXPECT_EQ(api_->attend(select, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(api_->last_error(select), HasSubstr("mode=select"));
 }
 
 // (4) Bad parameters (also on CUDA), and an attend that has no select of its layer.
+// Engine page layouts (ABI 1.1 strided views): the same K/V laid out HND, NHD and as combined
+// pools (V at a byte_offset) gives bit-identical selections in both modes and bit-identical
+// deltax outputs (NaN-poisoned before each call) to the compact pool.
+TEST_F(DeltaX, EngineLayoutsGiveBitIdenticalResults) {
+  for (const char* mode : {"select", "deltax"})
+    for (const DLDataType dtype : {sieve::kF32, sieve::kBF16}) {
+      SCOPED_TRACE(std::string(mode) + " " + sieve::dtype_name(dtype));
+      DpxaScenario sc({290, 161}, {290, 70}, 16, 4, 2, 32, 40 + dtype.bits, dtype);
+      DpxaArgs a;
+      a.mode = mode;
+      auto once = [&](Rows* rows) {
+        std::vector<unsigned char> out;
+        sieve_policy* p = create(sc.g, a);
+        if (!p) return out;
+        HostSelection sel(int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads, 100000);
+        uint32_t stats = 0;
+        EXPECT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(p);
+        *rows = sel.rows();
+        if (a.mode == "deltax") {
+          sc.w.poison_outputs();
+          EXPECT_EQ(api_->attend(p, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_OK) << api_->last_error(p);
+          out.assign(sc.w.out.data<unsigned char>(), sc.w.out.data<unsigned char>() + sc.w.out.nbytes());
+        }
+        return out;
+      };
+      Rows want_rows;
+      const std::vector<unsigned char> want = once(&want_rows);
+      ASSERT_FALSE(want_rows.empty());
+      const sieve_paged_kv compact = sc.w.kv;
+      for (const sieve::KvLayout layout : sieve::kKvLayouts) {
+        SCOPED_TRACE(sieve::kv_layout_name(layout));
+        sieve::reference::LaidOutPool pool(sc.w.k_pages.dl(), sc.w.v_pages.dl(), layout);
+        pool.install(sc.w.kv);
+        Rows rows;
+        const std::vector<unsigned char> got = once(&rows);
+        EXPECT_EQ(rows, want_rows);
+        EXPECT_TRUE(got == want) << "deltax output differs from the compact pool's";
+        sc.w.kv = compact;
+      }
+    }
+  // Strides no layout has are refused with one line naming them.
+  DpxaScenario sc({100}, {100}, 16);
+  int64_t overlapping[4] = {2 * 16 * 32, 16 * 32, 16, 1};  // token stride 16 < head_dim 32
+  sc.w.kv.k_pages.strides = overlapping;
+  sieve_policy* p = create(sc.g, DpxaArgs{});
+  ASSERT_NE(p, nullptr);
+  HostSelection sel(int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads, 100000);
+  uint32_t stats = 0;
+  EXPECT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(std::string(api_->last_error(p)), ::testing::StartsWith("select: k_pages: strides [1024, 512, 16, 1] overlap"));
+}
+
 TEST_F(DeltaX, BadParametersAreRefused) {
   DpxaScenario sc({100}, {100}, 16);
   DpxaArgs a;

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "math/dpxa_tiles.hpp"
@@ -56,7 +57,8 @@ class DeltaXCuda : public ::testing::Test {
     if (p) policies_.push_back(p);
     return p;
   }
-  // CPU select + attend into a NaN-poisoned host output; the rows to *rows.
+  // CPU select + attend (as a host: attend_as_host) into a NaN-poisoned host output; the rows to
+  // *rows.
   std::vector<double> run_cpu(DpxaScenario& sc, const DpxaArgs& a, Rows* rows) {
     sieve_policy* p = create(*cpu_, sc.g, a);
     if (!p) return {};
@@ -64,7 +66,8 @@ class DeltaXCuda : public ::testing::Test {
     uint32_t stats = 0;
     EXPECT_EQ(api_->select(p, &sc.call, sel.get(), &stats), SIEVE_OK) << api_->last_error(p);
     sc.w.poison_outputs();
-    EXPECT_EQ(api_->attend(p, &sc.call, sel.get(), &sc.w.out.dl()), SIEVE_OK) << api_->last_error(p);
+    EXPECT_EQ(attend_as_host(api_, p, sc.call, sel.get(), &sc.w.out.dl(), cpu_->table()), SIEVE_OK)
+        << api_->last_error(p);
     *rows = sel.rows();
     return workload_output(sc.w);
   }
@@ -76,7 +79,8 @@ class DeltaXCuda : public ::testing::Test {
     uint32_t stats = 0;
     EXPECT_EQ(api_->select(p, &dc.call, &ds.sel, &stats), SIEVE_OK) << api_->last_error(p);
     dc.poison();
-    EXPECT_EQ(api_->attend(p, &dc.call, &ds.sel, &dc.out_t), SIEVE_OK) << api_->last_error(p);
+    EXPECT_EQ(attend_as_host(api_, p, dc.call, &ds.sel, &dc.out_t, cuda_->table()), SIEVE_OK)
+        << api_->last_error(p);
     std::string err;
     EXPECT_TRUE(cuda_->synchronize(&err)) << err;
     *rows = ds.rows();
@@ -114,6 +118,7 @@ TEST_F(DeltaXCuda, PackingKeepMasksEqualTheCpu) {
       ASSERT_EQ(cudaMemset(keep.p, 7, keep.bytes), cudaSuccess);  // neither 0 nor 1
       sieve::packing::BlockPackLaunch l{};
       l.k_pages = k.p;
+      l.k_strides = sieve::compact_hnd_strides(hkv, sc.g.page_size, c.d);  // the workload's pool
       l.kv_dtype = sieve::require_storage(c.dtype, "the scenario's keys");
       l.pages = static_cast<const int32_t*>(pages.p) + sc.w.kv_indptr.data<int32_t>()[b];
       l.hkv = hkv;
@@ -203,6 +208,35 @@ TEST_F(DeltaXCuda, MatchesTheCpuPath) {
     const auto exact = run_cpu(sc, a, &exact_rows);
     EXPECT_GT(worst_rel(exact, want), 10 * rounding) << "nothing packed: the case checks little";
   }
+}
+
+// Engine page layouts (ABI 1.1 strided views): the same K/V laid out HND, NHD and as combined
+// pools gives bit-identical selections and outputs (both modes) on the device, on the
+// tensor-core score kernel (bf16, d 64) and the exact one (f32).
+TEST_F(DeltaXCuda, EngineLayoutsGiveBitIdenticalResults) {
+  for (const char* mode : {"select", "deltax"})
+    for (const DLDataType dtype : {sieve::kF32, sieve::kBF16}) {
+      SCOPED_TRACE(std::string(mode) + " " + sieve::dtype_name(dtype));
+      DpxaScenario sc({390, 250}, {390, 130}, 16, 8, 2, 64, 60 + dtype.bits, dtype, dtype);
+      DpxaArgs a;
+      a.mode = mode;
+      a.block = 64;
+      Rows want_rows;
+      DeviceCall compact(sc);
+      const auto want = run_cuda(compact, a, int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads, &want_rows);
+      ASSERT_FALSE(want_rows.empty());
+      for (const sieve::KvLayout layout : sieve::kKvLayouts) {
+        SCOPED_TRACE(sieve::kv_layout_name(layout));
+        sieve::reference::LaidOutPool pool(sc.w.k_pages.dl(), sc.w.v_pages.dl(), layout);
+        DeviceCall dc(sc, &pool);
+        Rows rows;
+        const auto got = run_cuda(dc, a, int64_t(sc.w.n_q_tokens) * sc.g.n_q_heads, &rows);
+        EXPECT_EQ(rows, want_rows);
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(double)), 0)
+            << "output (deltax, or the core kernel in select mode) differs from the compact pool's";
+      }
+    }
 }
 
 // exact_top = 1: every kept tile exact, the core CUDA kernel's block-sparse result.

@@ -89,8 +89,8 @@ TEST_F(Dpxa, DescriptorAndSchema) {
   EXPECT_STREQ(api_->params[8].default_value, "0.1");
   EXPECT_STREQ(api_->params[9].default_value, "0.83");
   EXPECT_NE(api_->select, nullptr);
-  // attend exists for mode=deltax (hook presence is per plugin); mode=select hands it to the
-  // core kernel (test_deltax.cpp).
+  // attend exists for mode=deltax; a mode=select instance does not use it (instance_hooks,
+  // test_deltax.cpp).
   EXPECT_NE(api_->attend, nullptr);
   EXPECT_EQ(api_->on_append, nullptr);
 }

@@ -3,10 +3,12 @@
 // per layer a pool of `pages_per_layer` pages [n_kv_heads, page_size, head_dim] of the configured
 // dtype, a free list, and per (sequence, layer) the list of physical pages in token order.
 // Sidecars are zeroed when a page is (re)allocated; eviction removes pages from a sequence's list
-// and returns them to the pool. Every method returns a status and sets last_error() on failure.
+// and returns them to the pool. set_layout keeps the pages as an engine does instead (NHD, or K
+// and V halves of one combined pool), handing strided views (ABI 1.1). Every method returns a status and sets last_error() on failure.
 // MockKvStore (mock_kv_store.hpp) puts the sieve_kv_store_api table in front of it.
 #pragma once
 #include <sieve/sieve.h>
+#include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
 
 #include <algorithm>
@@ -32,6 +34,23 @@ class FakePagedKv {
       for (int32_t p = config_.pages_per_layer - 1; p >= 0; --p) l.free_pages.push_back(p);
     }
     page_shape_ = {config_.pages_per_layer, g.n_kv_heads, g.page_size, g.head_dim};
+    at_ = compact_hnd_strides(g.n_kv_heads, g.page_size, g.head_dim);
+  }
+
+  // Keeps the pages in `layout` (before any append): views carry its strides, and in a combined
+  // pool V is the same buffer at a byte_offset of one K page. Pre-RoPE keys use K's strides.
+  void set_layout(sieve::KvLayout layout) {
+    const sieve_geometry& g = config_.geometry;
+    strided_ = true;
+    at_ = layout_strides(layout, g.n_kv_heads, g.page_size, g.head_dim);
+    stride_array_ = {at_.page, at_.head, at_.token, 1};
+    combined_ = layout.bit == SIEVE_KV_LAYOUT_COMBINED;
+    const size_t bytes = size_t(config_.pages_per_layer) * page_elems_ * elem_ * (combined_ ? 2 : 1);
+    for (Layer& l : layers_) {
+      l.k.assign(bytes, 0);
+      l.v.assign(combined_ ? 0 : bytes, 0);
+      if (config_.keep_pre_rope_k) l.k_pre.assign(bytes, 0);
+    }
   }
 
   const sieve_kv_config& config() const { return config_; }
@@ -91,9 +110,9 @@ class FakePagedKv {
         const int32_t page = pages.back(), slot = len % g.page_size;
         for (int32_t h = 0; h < g.n_kv_heads; ++h)
           for (int32_t d = 0; d < g.head_dim; ++d) {
-            const size_t dst = ((size_t(page) * g.n_kv_heads + h) * g.page_size + slot) * g.head_dim + d;
-            sieve::store_float(layer.k.data(), g.kv_dtype, int64_t(dst), load(*a->k, tok, h, d));
-            sieve::store_float(layer.v.data(), g.kv_dtype, int64_t(dst), load(*a->v, tok, h, d));
+            const int64_t dst = at_.row(page, h, slot) + d;
+            sieve::store_float(layer.k.data(), g.kv_dtype, dst, load(*a->k, tok, h, d));
+            sieve::store_float(v_data(layer), g.kv_dtype, dst, load(*a->v, tok, h, d));
             if (config_.keep_pre_rope_k && a->k_pre_rope)
               sieve::store_float(layer.k_pre.data(), g.kv_dtype, int64_t(dst),
                                  load(*a->k_pre_rope, tok, h, d));
@@ -131,15 +150,18 @@ class FakePagedKv {
     out->batch = batch;
     out->page_size = page_size;
     const DLDataType dt = config_.geometry.kv_dtype;
-    out->k_pages = sieve::make_view(layer.k.data(), cpu, dt, 4, page_shape_.data());
-    out->v_pages = sieve::make_view(layer.v.data(), cpu, dt, 4, page_shape_.data());
+    int64_t* strides = strided_ ? stride_array_.data() : nullptr;
+    out->k_pages = sieve::make_view(layer.k.data(), cpu, dt, 4, page_shape_.data(), strides);
+    out->v_pages = sieve::make_view(combined_ ? layer.k.data() : layer.v.data(), cpu, dt, 4,
+                                    page_shape_.data(), strides);
+    out->v_pages.byte_offset = combined_ ? page_elems_ * elem_ : 0;
     out->indptr = sieve::make_view(layer.indptr.data(), cpu, sieve::kI32, 1, &layer.shapes[0]);
     out->indices = sieve::make_view(layer.indices.data(), cpu, sieve::kI32, 1, &layer.shapes[1]);
     out->last_page_len = sieve::make_view(layer.last_page_len.data(), cpu, sieve::kI32, 1, &layer.shapes[2]);
     out->indptr_host = layer.indptr.data();
     out->last_page_len_host = layer.last_page_len.data();
     out->k_pre_rope_pages = sieve::make_view(config_.keep_pre_rope_k ? layer.k_pre.data() : nullptr,
-                                             cpu, dt, 4, page_shape_.data());
+                                             cpu, dt, 4, page_shape_.data(), strides);
     return SIEVE_OK;
   }
 
@@ -281,9 +303,14 @@ class FakePagedKv {
     return b;
   }
 
+  unsigned char* v_data(Layer& l) { return combined_ ? l.k.data() + page_elems_ * elem_ : l.v.data(); }
+
   sieve_kv_config config_;
   size_t elem_ = 0, page_elems_ = 0;
   std::vector<int64_t> page_shape_;
+  sieve::PageStrides at_;                  // where a row lives (compact HND unless set_layout)
+  std::vector<int64_t> stride_array_;      // the views' strides after set_layout
+  bool strided_ = false, combined_ = false;
   std::vector<Layer> layers_;
   std::map<int32_t, Sequence> seqs_;
   std::map<int32_t, Sidecar> sidecars_;

@@ -39,8 +39,9 @@ class Quest : public ::testing::Test {
     for (sieve_policy* p : policies_) api_->destroy(p);
     EXPECT_EQ(host_.live_allocations(), 0u);
   }
-  void make_store(const sieve_geometry& g) {
+  void make_store(const sieve_geometry& g, const sieve::KvLayout* layout = nullptr) {
     fake_ = std::make_unique<FakePagedKv>(test_kv_config(g, 512));
+    if (layout) fake_->set_layout(*layout);
     store_ = std::make_unique<NiceMock<MockKvStore>>();
     store_->delegate_to(*fake_);
   }
@@ -130,6 +131,39 @@ TEST_F(Quest, DecodeSelectionsMatchTheReferenceOverSteps) {
     ::testing::Mock::VerifyAndClearExpectations(&host_);
     for (sieve_policy* q : policies_) api_->destroy(q);
     policies_.clear();
+  }
+}
+
+// Engine page layouts (ABI 1.1 strided views): a store that keeps the same K laid out HND, NHD or
+// as a combined pool gives bit-identical selections over prefill and decode steps (the min/max
+// sidecar and the bounds are read through the view's strides).
+TEST_F(Quest, EngineLayoutsGiveTheSameSelections) {
+  auto run = [&](const sieve::KvLayout* layout) {
+    rng_.seed(23);
+    make_store(geometry_, layout);
+    ids_.assign(3, -1);
+    for (auto& id : ids_) EXPECT_EQ(fake_->add_sequence(&id), SIEVE_OK);
+    sieve_policy* p = create(geometry_, 20, false);
+    std::vector<std::vector<int32_t>> rows;
+    if (!p) return rows;
+    step(p, SIEVE_PHASE_PREFILL, 1, {37, 9, 61}).reset();
+    for (int s = 0; s < 5; ++s) {
+      auto call = step(p, SIEVE_PHASE_DECODE, 1, {1, 1, 1});
+      HostSelection sel(int64_t(ids_.size()) * geometry_.n_q_heads, 4096);
+      uint32_t stats = 0;
+      EXPECT_EQ(api_->select(p, call->get(), sel.get(), &stats), SIEVE_OK) << api_->last_error(p);
+      EXPECT_EQ(sel.sel().kind, uint32_t(SIEVE_SEL_BLOCKS));
+      for (const auto& r : sel.rows()) rows.push_back(r);
+    }
+    for (sieve_policy* q : policies_) api_->destroy(q);  // before the next store replaces this one
+    policies_.clear();
+    return rows;
+  };
+  const auto want = run(nullptr);
+  ASSERT_FALSE(want.empty());
+  for (const sieve::KvLayout& layout : sieve::kKvLayouts) {
+    SCOPED_TRACE(sieve::kv_layout_name(layout));
+    EXPECT_EQ(run(&layout), want);
   }
 }
 

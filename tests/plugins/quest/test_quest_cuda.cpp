@@ -2,7 +2,8 @@
 // reference): two instances, one on the CPU over a FakePagedKv, one on CUDA over a device mirror
 // of the same pages (K pool, page table, queries; the min/max sidecar lives on the device and is
 // maintained by the fused append kernel), prefill then decode steps at ragged lengths, per query
-// head and with gqa_share, f32 and bf16 pages. Skips without a CUDA device.
+// head and with gqa_share, f32 and bf16 pages, budgets of one page, between the sequences' page
+// counts and above all of them (dense). Skips without a CUDA device.
 #include <cuda_runtime.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -45,7 +46,7 @@ struct DeviceBuffer {
   }
 };
 
-class QuestCuda : public ::testing::TestWithParam<std::tuple<bool, int>> {
+class QuestCuda : public ::testing::TestWithParam<std::tuple<bool, int, int>> {
  protected:
   void SetUp() override {
     int n = 0;
@@ -94,7 +95,7 @@ TEST_P(QuestCuda, ChoosesTheSamePagesAsTheCpu) {
   g.head_dim = 128;
   g.rope_dim = 128;
   g.kv_dtype = dtype;
-  const int32_t pool = 300, budget = 64;
+  const int32_t pool = 300, budget = std::get<2>(GetParam());
   FakePagedKv fake(test_kv_config(g, pool));
   NiceMock<MockKvStore> cpu_store;
   cpu_store.delegate_to(fake);
@@ -186,6 +187,12 @@ TEST_P(QuestCuda, ChoosesTheSamePagesAsTheCpu) {
     ASSERT_EQ(api_->select(dev, &dc, &dsel, &stats), SIEVE_OK) << api_->last_error(dev);
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     ASSERT_EQ(dsel.kind, cpu_sel.sel().kind);
+    if (dsel.kind == SIEVE_SEL_ALL) {  // dense: only when every sequence fits the budget
+      for (int32_t b = 0; b < 3; ++b)
+        ASSERT_LE(hv.indptr_host[b + 1] - hv.indptr_host[b], budget / g.page_size) << "step " << s;
+      continue;
+    }
+    ASSERT_EQ(dsel.kind, SIEVE_SEL_BLOCKS);
     ASSERT_EQ(dsel.heads, cpu_sel.sel().heads);
     ASSERT_EQ(dsel.n_rows, cpu_sel.sel().n_rows);
     const auto ip = d_sel_indptr.get<int32_t>(size_t(dsel.n_rows) + 1);
@@ -198,7 +205,10 @@ TEST_P(QuestCuda, ChoosesTheSamePagesAsTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadsAndDtypes, QuestCuda,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values(0, 1)));
+// Budgets (tokens): one page (the last page alone); 4 pages (the 37-token sequence's rows are
+// dense, the others' are not); 12 pages (more than the 10 of the longest sequence: dense).
+INSTANTIATE_TEST_SUITE_P(HeadsDtypesBudgets, QuestCuda,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(0, 1),
+                                            ::testing::Values(16, 64, 192)));
 
 }  // namespace

@@ -12,11 +12,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gate/gate_file.hpp"
+#include "sieve/reference/page_pool.hpp"
 #include "support/plugin_library.hpp"
 #if SIEVE_WITH_CUDA
 #include <cuda_runtime.h>
@@ -118,6 +121,9 @@ class SeerSession {
   const sieve_policy_api& api() const { return *policy_api_; }
   sieve_policy* policy() const { return policy_; }
   const sieve_geometry& geometry() const { return g_; }
+  // Hand the plugin each step's view with its pages copied into this engine layout (strided views,
+  // ABI 1.1) instead of the store's compact ones.
+  std::optional<KvLayout> view_layout;
 
   int32_t add_sequence() {
     int32_t id = -1;
@@ -189,6 +195,14 @@ class SeerSession {
     sieve_paged_kv view{};
     view.hdr = SIEVE_HEADER_INIT(sieve_paged_kv);
     EXPECT_EQ(api_->view(kv_, layer, ids.data(), batch, &view), SIEVE_OK) << api_->last_error(kv_);
+    Relaid pages, pre;  // the view re-laid out (view_layout)
+    if (view_layout) {
+      pages = relay(view.k_pages, view.v_pages);
+      pre = relay(view.k_pre_rope_pages, view.k_pre_rope_pages);
+      view.k_pages = pages.pool->k_view(pages.mem_t);
+      view.v_pages = pages.pool->v_view(pages.mem_t);
+      view.k_pre_rope_pages = pre.pool->k_view(pre.mem_t);
+    }
     sieve_layer_call call{};
     call.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
     call.layer = layer;
@@ -312,6 +326,27 @@ class SeerSession {
     }
 #endif
     return SIEVE_OK;
+  }
+  // Pages k, v of the store's view copied into view_layout on the session's device: the pool
+  // (host copy and strides) and its device memory, alive for one call.
+  struct Buffer;
+  struct Relaid {
+    std::unique_ptr<reference::LaidOutPool> pool;
+    std::unique_ptr<Buffer> mem;
+    DLTensor mem_t{};  // where the views point: the device memory (data and device only)
+  };
+  Relaid relay(const DLTensor& k, const DLTensor& v) {
+    const std::vector<int64_t> shape(k.shape, k.shape + 4);
+    HostTensor hk(shape, k.dtype), hv(shape, v.dtype);
+    copy_to_host(hk.dl().data, data_ptr<void>(k), hk.nbytes());
+    copy_to_host(hv.dl().data, data_ptr<void>(v), hv.nbytes());
+    Relaid r;
+    r.pool = std::make_unique<reference::LaidOutPool>(hk.dl(), hv.dl(), *view_layout);
+    const auto* b = r.pool->storage.data<unsigned char>();
+    r.mem = std::make_unique<Buffer>(g_.device, std::vector<unsigned char>(b, b + r.pool->storage.nbytes()));
+    r.mem_t.data = r.mem->p;
+    r.mem_t.device = g_.device;
+    return r;
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) {
 #if SIEVE_WITH_CUDA

@@ -13,8 +13,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -270,6 +272,45 @@ TEST_F(SeerCpu, DecodeSelectionMatchesF64Gate) {
         }
       }
     }
+}
+
+// Engine page layouts (ABI 1.1 strided views): the same pre-RoPE and post-RoPE keys laid out HND,
+// NHD and as combined pools give bit-identical K-compression caches and selections (budget and
+// threshold mode; oracle mode, which keeps no cache and reads the post-RoPE keys) to the store's
+// compact pages.
+TEST_F(SeerCpu, EngineLayoutsGiveBitIdenticalCachesAndSelections) {
+  for (uint32_t mode : {0u, 1u, 2u}) {
+    SeerParams p;
+    p.block = 16;
+    p.mode = mode;
+    p.token_budget = 48;
+    p.threshold = 0.08;
+    p.weights = random_gate_file(g_, 16, 16, false, "layouts", 4);
+    auto run = [&](std::optional<sieve::KvLayout> layout, std::vector<std::vector<int32_t>>* rows) {
+      SeerSession s(g_, p, 33);
+      s.view_layout = layout;
+      EXPECT_TRUE(s.ok()) << s.create_error();
+      const int32_t a = s.add_sequence(), b = s.add_sequence();
+      EXPECT_EQ(s.step(1, {a, b}, {45, 130}, SIEVE_PHASE_PREFILL), SIEVE_OK) << s.last_error();
+      for (int32_t it = 0; it < 3; ++it) {
+        EXPECT_EQ(s.step(1, {a, b}, {1, 1}, SIEVE_PHASE_DECODE), SIEVE_OK) << s.last_error();
+        rows->insert(rows->end(), s.rows.begin(), s.rows.end());
+      }
+      int64_t pages = 0;
+      return mode == 2 ? std::vector<float>{} : s.cache(1, &pages);  // oracle keeps no cache
+    };
+    std::vector<std::vector<int32_t>> want_rows;
+    const std::vector<float> want_cache = run(std::nullopt, &want_rows);
+    ASSERT_EQ(want_rows.size(), size_t(3 * 2 * g_.n_kv_heads));
+    for (const sieve::KvLayout layout : sieve::kKvLayouts) {
+      SCOPED_TRACE(::testing::Message() << "mode " << mode << ", " << sieve::kv_layout_name(layout));
+      std::vector<std::vector<int32_t>> rows;
+      const std::vector<float> cache = run(layout, &rows);
+      EXPECT_EQ(rows, want_rows);
+      ASSERT_EQ(cache.size(), want_cache.size());
+      EXPECT_EQ(std::memcmp(cache.data(), want_cache.data(), cache.size() * 4), 0) << "K-compression cache differs";
+    }
+  }
 }
 
 // Budget k = 0: only the block holding the current token.

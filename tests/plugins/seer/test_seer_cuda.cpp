@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <optional>
 
 #include "gate/gate_file.hpp"
 #include "seer_reference.hpp"
@@ -130,6 +132,47 @@ TEST(SeerCuda, SameBlocksAsCpu) {
 // Equal scores everywhere (W_q = 0: every gate query is zero): the top-k takes the lowest-indexed
 // blocks, on CPU and CUDA alike (the radix select's ties: every key equals the threshold), with
 // budgets keeping only the last block, a few blocks, or every block.
+// Engine page layouts (ABI 1.1 strided views) on the device: the same pre-RoPE keys laid out HND,
+// NHD and as combined pools give bit-identical K-compression caches and selections (fused and
+// split kernels) to the store's compact pages.
+TEST(SeerCuda, EngineLayoutsGiveBitIdenticalCachesAndSelections) {
+  REQUIRE_CUDA();
+  for (const bool fused : {true, false}) {
+    sieve_geometry g = seer_geometry(sieve::kCpu, 16, 4, 32, 16, 4, 1024);
+    g.device = {kDLCUDA, 0};
+    SeerParams p;
+    p.block = 32;
+    p.token_budget = 96;
+    p.fused = fused;
+    p.weights = gate_file(g, 32, 32, false, "cuda_layouts");
+    auto run = [&](std::optional<sieve::KvLayout> layout, std::vector<std::vector<int32_t>>* rows) {
+      SeerSession s(g, p, 71);
+      s.view_layout = layout;
+      EXPECT_TRUE(s.ok()) << s.create_error();
+      std::vector<int32_t> ids;
+      for (int i = 0; i < 3; ++i) ids.push_back(s.add_sequence());
+      EXPECT_EQ(s.step(0, ids, {29, 167, 288}, SIEVE_PHASE_PREFILL), SIEVE_OK) << s.last_error();
+      for (int32_t it = 0; it < 4; ++it) {
+        EXPECT_EQ(s.step(0, ids, {1, 1, 1}, SIEVE_PHASE_DECODE), SIEVE_OK) << s.last_error();
+        rows->insert(rows->end(), s.rows.begin(), s.rows.end());
+      }
+      int64_t pages = 0;
+      return s.cache(0, &pages);
+    };
+    std::vector<std::vector<int32_t>> want_rows;
+    const std::vector<float> want_cache = run(std::nullopt, &want_rows);
+    ASSERT_FALSE(want_rows.empty());
+    for (const sieve::KvLayout layout : sieve::kKvLayouts) {
+      SCOPED_TRACE(::testing::Message() << "fused " << fused << ", " << sieve::kv_layout_name(layout));
+      std::vector<std::vector<int32_t>> rows;
+      const std::vector<float> cache = run(layout, &rows);
+      EXPECT_EQ(rows, want_rows);
+      ASSERT_EQ(cache.size(), want_cache.size());
+      EXPECT_EQ(std::memcmp(cache.data(), want_cache.data(), cache.size() * 4), 0) << "K-compression cache differs";
+    }
+  }
+}
+
 TEST(SeerCuda, TiesTakeTheLowestBlocks) {
   REQUIRE_CUDA();
   for (bool fused : {true, false})

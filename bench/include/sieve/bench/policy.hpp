@@ -33,6 +33,7 @@ struct PolicyOptions {
   std::string sdpa_script, python = "python3";
   std::string json_out;
   std::vector<std::string> plugin_dirs;
+  std::string kv_store;                 // NAME(k=v,...) for every chain, dense too; "": paged
   double memory_fraction = 0.9;         // of the free device (or host) memory a size may use
   std::string command;                  // recorded in the report
 };

@@ -1,8 +1,8 @@
 // Host-side checks and geometry of a sieve_attention_args call, shared by the CPU and the CUDA
 // kernels (and by whoever validates a plugin's output before it reaches a kernel).
 //
-// Host-only and dependency-free on purpose: it includes the ABI and the standard library only, so
-// a .cu file can include it; the small constexpr helpers (selection_row, ...) can be called from
+// Host-only and nearly dependency-free on purpose: it includes the ABI, the standard library and
+// sieve/util/page_layout.hpp only, so a .cu file can include it; the small constexpr helpers (selection_row, ...) can be called from
 // device code with nvcc's --expt-relaxed-constexpr.
 //
 // Semantics are those of api/sieve/attention.h; the checks below are what every kernel relies on.
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sieve/attention.h"
+#include "sieve/util/page_layout.hpp"
 
 namespace sieve::kernels {
 
@@ -41,8 +42,9 @@ inline sieve_attention_args make_attention_args(uint32_t phase, int32_t n_q_head
 
 // Every check that needs no device memory: null tensors, ranks, shapes against n_q_heads /
 // n_kv_heads / head_dim / page_size, dtypes (q, out, pages: f32/f16/bf16; index tensors int32;
-// lse, page_mass f32), compact row-major layout, Hq % Hkv == 0, the host mirrors (qo_indptr_host,
-// kv->indptr_host, kv->last_page_len_host), the selection's structure (kind, heads, q_block,
+// lse, page_mass f32), compact row-major layout but for the K/V pages, whose strides and
+// byte_offset (one layout for both) pass page_strides (sieve/util/page_layout.hpp), Hq % Hkv ==
+// 0, the host mirrors (qo_indptr_host, kv->indptr_host, kv->last_page_len_host), the selection's structure (kind, heads, q_block,
 // k_block_pages, n_rows against the query blocks, indptr/indices shapes, capacity), stats / lse /
 // page_mass shapes, q_rows (dtype, and range when it lives on the host), and that every tensor
 // lives on q's device. Returns "" when the arguments are well formed, else ONE line that starts
@@ -78,6 +80,7 @@ struct AttentionShape {
   int32_t page_size = 0;      // tokens per page
   int32_t group = 0;          // hq / hkv: query heads per KV head
   int64_t page_capacity = 0;  // pages in the pool (k_pages dim 0)
+  PageStrides pages;          // element strides of K and V (their layout: HND, NHD, combined)
   int64_t nnz_pages = 0;      // pages of the view (kv->indptr_host[batch])
   float scale = 0.f;          // resolved logit scale (args.scale, or 1/sqrt(d) when 0)
   bool prefill = false;       // causal prefill (else decode)

@@ -9,4 +9,7 @@ namespace sieve::kv {
 const sieve_kv_store_api* paged_cpu_store_api();
 // Paged store on a CUDA device; nullptr in a build without CUDA.
 const sieve_kv_store_api* paged_cuda_store_api();
+// The core's store "paged" as hosts choose it (ABI 1.1 table: descriptor, empty parameter schema,
+// validate): its create dispatches on the config's device to the CPU or the CUDA store above.
+const sieve_kv_store_api* paged_store_api();
 }  // namespace sieve::kv

@@ -7,24 +7,13 @@
 #include <vector>
 
 #include "sieve/host_services.h"
+#include "sieve/kv/store_checks.hpp"
+#include "sieve/kv/token_scatter.hpp"
 #include "sieve/kv/view_delta.hpp"
 #include "sieve/kv_store.h"
 
 namespace sieve::kv {
 
-// Where one appended token goes: row `src` of the append's k/v lands in `page`, slot `offset`.
-struct TokenSlot {
-  int32_t src;
-  int32_t page;
-  int32_t offset;
-};
-
-struct Sidecar {
-  std::string name;
-  DLDataType dtype;
-  int32_t elems_per_head;
-  size_t bytes_per_page;  // n_kv_heads * elems_per_head * dtype bytes
-};
 
 class PagedStoreBase {
  public:

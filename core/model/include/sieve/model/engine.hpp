@@ -1,6 +1,6 @@
 // The forward pass of a Llama-family model on CPU (OpenBLAS) or CUDA (cuBLAS + small kernels),
-// with every layer's attention run through the runtime: one paged KV store for the model (all
-// layers), one LayerRunner, the layer's chain for the phase.
+// with every layer's attention run through the runtime: one runtime::Session for the model (its KV
+// store for all layers, the chains' policy instances, the LayerRunner), the layer's chain for the phase.
 //
 // Per layer, for the new tokens of a call (row-major, [n, ...]):
 //   xb = RMSNorm(x) · rms_att                        eps from the model (llama2.c: 1e-5)
@@ -31,6 +31,8 @@
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/layer_runner.hpp"
+#include "sieve/runtime/session.hpp"
+#include "sieve/util/grow_buffer.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::model {
@@ -103,20 +105,26 @@ class Engine {
   const ModelConfig& config() const { return config_; }
   const sieve_geometry& geometry() const { return geometry_; }
   const EngineOptions& options() const { return options_; }
-  const runtime::LayerRunner& runner() const { return *runner_; }
+  const runtime::LayerRunner& runner() const { return session_->runner(); }
+  const runtime::Session& session() const { return *session_; }
   runtime::HostServices& services() { return *services_; }
   uint64_t decode_steps() const { return step_; }
 
  private:
-  struct Buffer {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-  };
   struct DeviceLayer;
   void check_sizes(const ModelWeights& w) const;
   void setup(const ModelWeights& w, runtime::ResolvedChains chains);
   float* upload(const std::vector<float>& v);
-  void ensure(Buffer& b, size_t bytes);
+  // forward's steps, in order.
+  struct CallViews;
+  void check_call(std::span<const int32_t> seq_ids, const std::vector<int32_t>& qo_indptr,
+                  const std::vector<int32_t>& tokens) const;
+  void ensure_activations(int32_t n, int32_t batch);
+  void upload_call(uint32_t phase, std::span<const int32_t> seq_ids, const std::vector<int32_t>& qo_indptr,
+                   const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions, CallViews* views);
+  void attention_block(int32_t layer, CallViews& views);
+  void ffn_block(int32_t layer, int32_t n);
+  void last_token_logits(int32_t batch, std::vector<float>* logits);
   void forward(uint32_t phase, std::span<const int32_t> seq_ids, const std::vector<int32_t>& qo_indptr,
                const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions, std::vector<float>* logits);
 
@@ -125,9 +133,7 @@ class Engine {
   sieve_geometry geometry_{};
   std::unique_ptr<runtime::HostServices> services_;
   std::unique_ptr<detail::Ops> ops_;
-  const sieve_kv_store_api* kv_api_ = nullptr;
-  sieve_kv_store* kv_ = nullptr;
-  std::unique_ptr<runtime::LayerRunner> runner_;
+  std::unique_ptr<runtime::Session> session_;  // the store, the policy instances, the runner
   bool need_pre_q_ = false, need_pre_k_ = false;
   uint64_t step_ = 0;
   std::map<int32_t, int32_t> seq_pos_;
@@ -140,8 +146,8 @@ class Engine {
   const float* rms_final_ = nullptr;
   const float* classifier_ = nullptr;
 
-  // Activations, grown to the largest call so far.
-  Buffer x_, xb_, q_, k_, v_, q_pre_, k_pre_, att_, h1_, h3_, tok_, pos_, qo_, last_, xlast_, logits_;
+  // Activations (device memory of ops_), grown to the largest call so far.
+  util::GrowBuffer x_, xb_, q_, k_, v_, q_pre_, k_pre_, att_, h1_, h3_, tok_, pos_, qo_, last_, xlast_, logits_;
 };
 
 }  // namespace sieve::model

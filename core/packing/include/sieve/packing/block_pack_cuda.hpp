@@ -10,11 +10,13 @@
 #include <cstdint>
 
 #include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/page_layout.hpp"
 
 namespace sieve::packing {
 
 struct BlockPackLaunch {
-  const void* k_pages;   // [capacity, hkv, page_size, d]
+  const void* k_pages;   // [capacity, hkv, page_size, d] (data_ptr of the view's k_pages)
+  PageStrides k_strides; // ... laid out as these strides say (page_strides)
   Storage kv_dtype;
   const int32_t* pages;  // device: the sequence's physical page ids, in order
   int32_t hkv, d, page_size;

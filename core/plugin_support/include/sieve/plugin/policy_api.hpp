@@ -22,6 +22,8 @@
 //         .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
 //         .conform_params = "pages=4",              // ABI 1.1: what `sieve conform` runs
 //         .selection_basis = SIEVE_SELECTION_BASIS_POSITIONAL};  // (every field: -Wextra flags omitted ones)
+//     static constexpr sieve_tool kTools[] = {                    // optional (tool.hpp): its tools
+//         sp::tool<calibrate_main>("calibrate", "per-head budgets from a model's prefill")};
 //
 //     // optional: extra reasons beyond the generic checks (geometry vs descriptor, values vs
 //     // schema); runs only when those passed
@@ -49,6 +51,9 @@
 //  - every C entry is noexcept: an Error keeps its status, std::bad_alloc becomes OUT_OF_MEMORY,
 //    anything else INTERNAL; the message goes to last_error ("select: ...") or the reason/err sink;
 //  - a hook the class does not override is NULL, so hook presence is declared by the code itself;
+//    an instance that needs fewer of them (a mode that only selects) says so in its constructor
+//    with use_hooks(), answered through instance_hooks (ABI 1.1); naming a hook the class does
+//    not override fails create;
 //    a descriptor that needs page stats without an observe hook, or evicts without end_step, fails
 //    to compile;
 //  - validate and create check the structs' sizes, the geometry against the descriptor and the
@@ -69,6 +74,7 @@
 #include "sieve/plugin/params.hpp"
 #include "sieve/plugin/policy_base.hpp"
 #include "sieve/plugin/reasons.hpp"
+#include "sieve/plugin/tool.hpp"
 
 namespace sieve::plugin {
 
@@ -80,6 +86,9 @@ sieve_status negotiate_entry(uint32_t host_major, uint32_t* plugin_major,
 
 namespace detail {
 
+// Throws when `used` (an instance's use_hooks()) names a hook outside `overridden`.
+void check_instance_hooks(uint32_t used, uint32_t overridden);
+
 template <class D>
 constexpr const sieve_param_spec* params_of() {
   if constexpr (requires { D::kParams; }) return std::data(D::kParams);
@@ -90,11 +99,32 @@ constexpr uint32_t n_params_of() {
   if constexpr (requires { D::kParams; }) return uint32_t(std::size(D::kParams));
   else return 0;
 }
+template <class D>
+constexpr const sieve_tool* tools_of() {
+  if constexpr (requires { D::kTools; }) return std::data(D::kTools);
+  else return nullptr;
+}
+template <class D>
+constexpr uint32_t n_tools_of() {
+  if constexpr (requires { D::kTools; }) return uint32_t(std::size(D::kTools));
+  else return 0;
+}
 
 // A hook is implemented when D (or a class between D and PolicyBase) declares it: the type of
 // &D::hook then names that class instead of PolicyBase.
 #define SIEVE_PLUGIN_OVERRIDES(D, hook) \
   (!std::is_same_v<decltype(&D::hook), decltype(&::sieve::plugin::PolicyBase::hook)>)
+
+// The sieve_hook_bits of the hooks D overrides: the non-NULL hooks of its C table.
+template <class D>
+constexpr uint32_t overridden_hooks() {
+  return (SIEVE_PLUGIN_OVERRIDES(D, on_append) ? uint32_t(SIEVE_HOOK_ON_APPEND) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, select) ? uint32_t(SIEVE_HOOK_SELECT) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, attend) ? uint32_t(SIEVE_HOOK_ATTEND) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, observe) ? uint32_t(SIEVE_HOOK_OBSERVE) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, correct) ? uint32_t(SIEVE_HOOK_CORRECT) : 0u) |
+         (SIEVE_PLUGIN_OVERRIDES(D, end_step) ? uint32_t(SIEVE_HOOK_END_STEP) : 0u);
+}
 
 template <class D>
 struct Trampolines {
@@ -164,6 +194,7 @@ struct Trampolines {
       const CreateContext ctx{services, g,  Params(params_of<D>(), n_params_of<D>(), values, n_values),
                               kv,       kv_api, D::kDescriptor.name};
       std::unique_ptr<PolicyBase> instance = std::make_unique<D>(ctx);
+      check_instance_hooks(instance->instance_hooks(overridden_hooks<D>()), overridden_hooks<D>());
       *out = reinterpret_cast<sieve_policy*>(instance.release());
       return SIEVE_OK;
     } catch (...) {
@@ -175,6 +206,10 @@ struct Trampolines {
   }
 
   static void destroy(sieve_policy* p) noexcept { delete base(p); }
+
+  static uint32_t instance_hooks(const sieve_policy* p) noexcept {
+    return p ? base(p)->instance_hooks(overridden_hooks<D>()) : overridden_hooks<D>();
+  }
 
   static const char* last_error(const sieve_policy* p) noexcept {
     return p ? base(p)->last_error() : "last_error: policy is NULL";
@@ -260,15 +295,18 @@ constexpr sieve_policy_api make_policy_api() {
   api.observe = SIEVE_PLUGIN_OVERRIDES(D, observe) ? &T::observe : nullptr;
   api.correct = SIEVE_PLUGIN_OVERRIDES(D, correct) ? &T::correct : nullptr;
   api.end_step = SIEVE_PLUGIN_OVERRIDES(D, end_step) ? &T::end_step : nullptr;
+  api.instance_hooks = &T::instance_hooks;
   return api;
 }
 
 // The policy table and the plugin table of a policy class (static storage, never freed).
 template <class D>
 inline constexpr sieve_policy_api policy_api_v = make_policy_api<D>();
+// Its tools are the class's kTools (tool.hpp), when it declares them.
 template <class D>
 inline constexpr sieve_plugin plugin_table_v = {SIEVE_HEADER_INIT(sieve_plugin), SIEVE_ABI_MAJOR,
-                                                D::kDescriptor.name, &policy_api_v<D>, nullptr};
+                                                D::kDescriptor.name, &policy_api_v<D>, nullptr,
+                                                detail::tools_of<D>(), detail::n_tools_of<D>()};
 
 }  // namespace sieve::plugin
 

@@ -90,12 +90,26 @@ class PolicyBase {
   // Message of the last failed hook ("" if none failed yet). Valid until the next failure.
   const char* last_error() const noexcept { return last_error_.c_str(); }
 
+  // The sieve_hook_bits this instance uses: those given to use_hooks(), else `overridden` (every
+  // hook the class overrides). The host asks once, right after create.
+  uint32_t instance_hooks(uint32_t overridden) const noexcept {
+    return uses_some_hooks_ ? hooks_ : overridden;
+  }
+
  protected:
   const sieve_host_services& services() const noexcept { return *services_; }
   const sieve_geometry& geometry() const noexcept { return geometry_; }
   sieve_kv_store* kv() const noexcept { return kv_; }
   const sieve_kv_store_api* kv_api() const noexcept { return kv_api_; }
   const char* name() const noexcept { return name_; }
+
+  // Call in the constructor when this instance uses only some of the hooks the class overrides
+  // (sieve_hook_bits, e.g. a mode that selects and leaves the attention to the core kernel): the
+  // host then never calls the others, and its chain checks count only these (ABI 1.1).
+  void use_hooks(uint32_t hooks) noexcept {
+    hooks_ = hooks;
+    uses_some_hooks_ = true;
+  }
 
   // The host's CUDA stream (a cudaStream_t), NULL for the default stream or no CUDA.
   void* cuda_stream() const noexcept;
@@ -130,6 +144,8 @@ class PolicyBase {
   const sieve_kv_store_api* kv_api_;
   const char* name_;
   std::string last_error_;
+  uint32_t hooks_ = 0;
+  bool uses_some_hooks_ = false;
 };
 
 }  // namespace sieve::plugin

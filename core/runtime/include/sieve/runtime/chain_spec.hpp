@@ -10,6 +10,8 @@
 //   item   := name ['@' id] ['(' param (',' param)* ')']
 //   param  := key '=' value
 //   value  := bare | '[' ... ']' | '"' ... '"'      int lists in brackets: [2,14,22]
+//   or, once, in place of a rule:
+//   store  := 'kv_store' '=' name ['(' param (',' param)* ')']   the session's KV store
 // Names and keys are [a-z0-9_]+, ids [A-Za-z0-9_]+; spaces around tokens are ignored.
 // Parameter values use the syntax of params.hpp.
 //
@@ -25,6 +27,7 @@
 //   decode:*=quest(page_budget=64)
 //   decode:0-1=dense; decode:2-=delta@d(delta_layers=[2,14,22])>raas(budget=1024)
 //   prefill:*=dpxa(threshold=0.9)>delta_correction@c(gamma=16); decode:*=quest
+//   kv_store=paged; decode:*=quest             (no kv_store: the core's "paged" store)
 //
 // ---- File form (--chain-file PATH) ----------------------------------------------------------
 // One rule per line (or several separated by ';'), same grammar. '#' starts a comment (outside
@@ -42,6 +45,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +80,7 @@ struct ChainRule {
 struct ChainSpec {
   std::vector<ChainInstance> instances;
   std::vector<ChainRule> rules;
+  std::optional<ChainInstance> kv_store;  // the store named by a kv_store element (plugin = its name)
   bool empty() const { return rules.empty(); }
 };
 
@@ -84,6 +89,12 @@ bool parse_chain_spec(const std::string& text, ChainSpec* out, std::string* erro
 // A chain as a user writes it on a command line: a bare chain without layers
 // ("streaming(window=64)", "quest>dense") means every layer ("*=..."); otherwise parse_chain_spec.
 bool parse_chain_argument(const std::string& text, ChainSpec* out, std::string* error);
+// A store as `--kv-store` takes it: NAME or NAME(k=v,...) (the item grammar, no @id).
+bool parse_store_argument(const std::string& text, ChainInstance* out, std::string* error);
+// Names `store` as spec's KV store; false with one line when the spec already names one.
+bool set_kv_store(ChainSpec* spec, const ChainInstance& store, std::string* error);
+// parse_store_argument + set_kv_store: what a host's `--kv-store TEXT` does to a chain ("" : nothing).
+bool apply_store_argument(const std::string& text, ChainSpec* spec, std::string* error);
 // Parse the file form; `source` names the file in messages.
 bool parse_chain_file(const std::string& text, const std::string& source, ChainSpec* out,
                       std::string* error);
@@ -105,8 +116,16 @@ struct ResolvedInstance {
   const sieve_policy_descriptor& descriptor() const { return *plugin.descriptor(); }
 };
 
+// The KV store a spec chose (its kv_store element, else the core's "paged"), with its
+// parameters validated against the store's schema.
+struct ResolvedStore {
+  StoreEntry entry;    // entry.api == nullptr: none resolved (a Session then uses "paged")
+  ParamValues values;  // schema order, defaults filled
+};
+
 struct ResolvedChains {
   int32_t n_layers = 0;
+  ResolvedStore store;
   std::vector<ResolvedInstance> instances;  // only instances that serve some (layer, phase)
   // chains[phase_index][layer]: instance indices in call order; phase_index 0 prefill, 1 decode.
   std::array<std::vector<std::vector<size_t>>, 2> chains;
@@ -128,9 +147,28 @@ struct ResolvedChains {
 // geometry.n_layers): unknown policy (listing the available ones), parameters against the
 // schema, declared phases cover the rule's phases, layers exist, declared devices / dtypes /
 // head dims / page sizes fit the geometry, the policy's validate() (every reason, prefixed with
-// the instance), at most one `attend` per (layer, phase), an instance at most once per chain.
+// the instance), at most one `attend` per (layer, phase), an instance at most once per chain;
+// the KV store: a known name (listing the stores), its parameters against its schema, the
+// geometry's device / dtype / page size among those its descriptor declares.
 // Every problem is appended to *errors (one line each); true when there were none.
 bool resolve_chains(const ChainSpec& spec, const Registry& registry, const sieve_geometry& geometry,
                     ResolvedChains* out, std::vector<std::string>* errors);
+
+// What the chain checks need of one instance: its label, the hooks it uses (sieve_hook_bits) and
+// whether its descriptor asks for page statistics (SIEVE_NEEDS_PAGE_STATS).
+struct InstanceRole {
+  std::string label;
+  uint32_t hooks = 0;
+  bool needs_stats = false;
+};
+
+// One line per (phase, chain) that replaces the core kernel twice (two instances using attend),
+// and one per (phase, chain) where an instance that needs page statistics and observes shares the
+// chain with one that replaces the core kernel (which is what computes them); each line names the
+// chain's layers. chains[phase_index][layer] holds indices into `roles`. resolve_chains checks the
+// hooks known before create (tables without instance_hooks); the layer runner checks again with
+// every instance's own hooks once they are created.
+std::vector<std::string> chain_hook_conflicts(
+    const std::array<std::vector<std::vector<size_t>>, 2>& chains, const std::vector<InstanceRole>& roles);
 
 }  // namespace sieve::runtime

@@ -6,6 +6,8 @@
 // create() with a wrong-length value array and with an impossible geometry.
 // Numeric part (conformance_numeric.cpp): hooks run on real tensors against the dense f64
 // reference (the synthetic workload, core/workload), and error paths with bad tensors.
+// KV-store suite (conformance_store*.cpp): a store table's append/view round trips against an f64
+// reference, page tables, sidecars, eviction, removal and refusals, on every store.
 // Library: sieve_conformance (core/runtime/CMakeLists.txt), not part of sieve_runtime.
 //
 // Isolation: each part runs in a forked child process by default, so a plugin that crashes or
@@ -18,6 +20,7 @@
 
 #include "sieve/runtime/loader.hpp"
 #include "sieve/runtime/params.hpp"
+#include "sieve/runtime/registry.hpp"
 
 namespace sieve::runtime {
 
@@ -26,6 +29,7 @@ struct ConformCheck {
   bool passed = false;
   bool skipped = false;
   std::string detail;
+  std::string store;  // the KV store a store-suite check ran on ("" for plugin checks)
 };
 
 struct ConformReport {
@@ -101,7 +105,31 @@ bool static_gate_passed(const ConformReport& report);
 // The numeric / device part, appended to `report` (conformance_numeric.cpp).
 void conform_numeric(const LoadedPlugin& plugin, ConformReport* report, const ConformOptions& options = {});
 
-// conform_static, then (if static_gate_passed) load the plugin and conform_numeric.
+// conform_static, then (if static_gate_passed) load the plugin and conform_numeric, and the
+// KV-store suite on the store the plugin ships (if any).
 ConformReport conform(const std::string& path, const ConformOptions& options = {});
+
+// ---- The KV-store suite (conformance_store*.cpp; docs/conformance.md, "KV stores") ----------
+
+struct StoreUnderTest {
+  std::string name;    // what `--store NAME` matches; every check of the store carries it
+  std::string origin;  // "built-in", or the plugin file that ships it
+  const sieve_kv_store_api* api = nullptr;
+  // Where a table without a descriptor (ABI 1.0) runs; a descriptor's `devices` replaces it.
+  uint32_t devices_1_0 = SIEVE_DEVICE_CPU;
+};
+
+// The one place that lists the stores `sieve conform` checks with no arguments: the registry's
+// stores (the core's, then every plugin's; `registry` must outlive the returned tables).
+std::vector<StoreUnderTest> known_stores(const Registry& registry);
+StoreUnderTest store_under_test(const StoreEntry& entry);
+
+// The suite on one store: its table, then every device it declares, each part in a forked child
+// (a crash or hang fails the check that was running); checks are appended to `report`, each
+// with `store` = store.name. CUDA checks skip (with the reason) on a machine without a device.
+void conform_store(const StoreUnderTest& store, const ConformOptions& options, ConformReport* report);
+
+// The store suite's check names, in the order they run ("<check>_cpu", "<check>_cuda" per device).
+const std::vector<std::string>& store_check_names();
 
 }  // namespace sieve::runtime

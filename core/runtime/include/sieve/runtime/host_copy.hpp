@@ -13,7 +13,9 @@ struct HostPagedView {
   HostTensor k, v, indptr, indices, last_page_len;
   sieve_paged_kv view{};
 };
-// Copies `src` (on any device) to `out`; throws sieve::Error (SIEVE_ERR_DEVICE) if a copy fails.
+// Copies `src` (on any device, pages in any layout page_strides accepts) to `out`, its pages as
+// compact HND; throws sieve::Error (SIEVE_ERR_DEVICE) if a copy fails, SIEVE_ERR_INVALID_ARGUMENT
+// for strides page_strides refuses.
 void copy_view_to_host(HostServices& services, const sieve_paged_kv& src, HostPagedView* out);
 
 // The selection of a SelectionSnapshot as host tensors; get() is nullptr for a dense selection.

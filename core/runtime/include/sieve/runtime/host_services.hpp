@@ -47,6 +47,15 @@ class HostServices {
   std::vector<std::pair<std::string, MetricSummary>> metrics() const;
   void clear_metrics();
 
+  // This device's memory through the table, as util::GrowBuffer's allocator: alloc throws
+  // sieve::Error (SIEVE_ERR_OUT_OF_MEMORY) naming the size and the device.
+  struct DeviceMemory {
+    const HostServices& services;
+    void* alloc(size_t bytes);
+    void free(void* p);
+  };
+  DeviceMemory device_memory() const { return DeviceMemory{*this}; }
+
   // Copy `bytes` between host and this device (either direction; blocking). For tools and
   // checks, never on a hot path.
   bool copy(void* dst, DLDevice dst_dev, const void* src, DLDevice src_dev, size_t bytes,

@@ -25,6 +25,7 @@
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/host_timers.hpp"
+#include "sieve/util/grow_buffer.hpp"
 
 namespace sieve::runtime {
 
@@ -97,17 +98,23 @@ class LayerRunner {
 
   const SelectionSnapshot& selection_used(int32_t layer) const { return snapshots_.at(size_t(layer)); }
   const ResolvedChains& chains() const { return chains_; }
+  // The sieve_hook_bits instance `i` of chains() uses (asked after create; policy_hooks.hpp).
+  uint32_t hooks(size_t i) const { return hooks_.at(i); }
   // Allocations the runner made for its own selection / statistics buffers (so a caller can tell
   // them from allocations made inside policy hooks).
   uint64_t buffer_allocations() const { return buffer_allocations_; }
 
  private:
-  struct Buffer {  // device (or host) memory from the services table
-    void* ptr = nullptr;
-    size_t bytes = 0;
-  };
-  void ensure(Buffer& b, size_t bytes);
-  void release(Buffer& b);
+  void ensure(util::GrowBuffer& b, size_t bytes);
+  // The steps of run_layer, in order (each returns the status and sets *error on failure).
+  struct LayerStep;
+  sieve_status append_new(const LayerInputs& in, LayerStep& step, std::string* error);
+  sieve_status view_layer(const LayerInputs& in, LayerStep& step, std::string* error);
+  sieve_status run_on_append(LayerStep& step, std::string* error);
+  sieve_status run_select(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error);
+  sieve_status run_attend(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error);
+  sieve_status run_correct(DLTensor* out, LayerStep& step, std::string* error);
+  sieve_status record_selection(const LayerStep& step, std::string* error);
   std::string where(int32_t instance, int32_t layer, const char* hook) const;
   sieve_status plugin_failed(int32_t instance, int32_t layer, const char* hook, sieve_status st,
                              std::string* error) const;
@@ -117,6 +124,10 @@ class LayerRunner {
   std::string check_output(const DLTensor& out, const int32_t* rows, int64_t n_rows);
   // The call the hooks see for `in` on `view` (the per-sequence lengths go to kv_len_).
   sieve_layer_call layer_call(const LayerInputs& in, sieve_paged_kv* view);
+  // Instance `i` uses `hook` (a sieve_hook_bits bit): its own hooks, asked after create.
+  bool uses(int32_t i, uint32_t hook) const { return (hooks_[size_t(i)] & hook) != 0; }
+  // Destroy the instances created so far and throw `message` (the constructor's way out).
+  [[noreturn]] void abandon_instances(sieve_status status, const std::string& message);
 
   HostServices& services_;
   sieve_geometry geometry_;
@@ -124,9 +135,10 @@ class LayerRunner {
   const sieve_kv_store_api* kv_api_;
   ResolvedChains chains_;
   std::vector<sieve_policy*> handles_;  // one per chains_.instances
+  std::vector<uint32_t> hooks_;         // sieve_hook_bits each instance uses (policy_hooks.hpp)
   Options options_;
 
-  Buffer sel_indptr_, sel_indices_, lse_, page_mass_;
+  util::GrowBuffer sel_indptr_, sel_indices_, lse_, page_mass_;  // services memory
   std::vector<std::vector<int32_t>> served_;  // per instance: layers since the last end_step
   std::vector<SelectionSnapshot> snapshots_;
   std::vector<int32_t> kv_len_;

@@ -49,6 +49,10 @@ struct LoadedPlugin {
   const sieve_policy_descriptor* descriptor() const {
     return policy() ? policy()->descriptor : nullptr;
   }
+  // The tools the plugin ships (ABI 1.1; none for a 1.0 table), as checked at load.
+  std::vector<const sieve_tool*> tools() const;
+  // The tool called `name`, nullptr when the plugin has none of that name.
+  const sieve_tool* tool(const std::string& name) const;
 };
 
 // Pre-flight check of a file before dlopen (elf_check.cpp): exists, is a regular file, is an ELF
@@ -69,6 +73,8 @@ inline constexpr uint32_t kMaxListedSizes = 256;    // descriptor n_head_dims, n
 inline constexpr size_t kMaxNameLength = 64;        // plugin, policy, KV store, parameter names
 inline constexpr size_t kMaxTextLength = 4096;      // vendor, summary, doc, default, choices
 inline constexpr uint32_t kMaxStructSize = 65536;   // any struct_size (later minors grow them)
+inline constexpr int32_t kMaxPageSize = 65536;      // tokens per page a KV store may list
+inline constexpr uint32_t kMaxTools = 64;           // sieve_plugin::n_tools
 
 // A plugin-supplied string for a message: at most `max` bytes of it ("(null)" for NULL, "..."
 // appended when cut), never reading past them.
@@ -104,7 +110,15 @@ bool load_plugin(const std::string& path, LoadedPlugin* out, std::string* error,
 //  - descriptor: size, [a-z0-9_]+ name equal to the plugin's, vendor, summary, known and non-zero
 //    phase/device/dtype bits, head-dim and page-size arrays (at most kMaxListedSizes), selection heads, needs bits, CUDA-graph
 //    level, evicts_kv => end_step, page stats => observe and select;
-//  - kv store: size, name, required functions;
+//  - kv store: size, name, required functions; ABI 1.1 (when the table reaches them): the
+//    parameter schema (check_schema), the descriptor below;
+//  - kv store descriptor: size, [a-z0-9_]+ name, vendor, summary, known and non-zero device /
+//    dtype / layout bits, known feature bits, page sizes in [1, kMaxPageSize]; with `api`, every
+//    declared feature reachable (SIDECARS => register_sidecar + sidecar, EVICTION => evict,
+//    ENGINE_PAGES => bind_pages);
+//  - tools (ABI 1.1, read only when the table's size reaches them): n_tools <= kMaxTools, the
+//    array non-NULL when n_tools > 0, every entry the same struct_size between the v1.1 size and
+//    kMaxStructSize, a unique [a-z0-9_-]+ name, a summary, run non-NULL;
 //  - plugin table: all of the above plus check_schema (params.hpp): what the loader refuses.
 std::vector<std::string> check_plugin_header(const sieve_plugin* table, uint32_t expected_major);
 std::vector<std::string> check_policy_table(const sieve_policy_api* api);
@@ -112,10 +126,16 @@ std::vector<std::string> check_policy_descriptor(const sieve_policy_descriptor* 
                                                  const sieve_policy_api* api,
                                                  const char* plugin_name);
 std::vector<std::string> check_kv_store_api(const sieve_kv_store_api* api);
+std::vector<std::string> check_kv_store_descriptor(const sieve_kv_store_descriptor* d,
+                                                   const sieve_kv_store_api* api);
+std::vector<std::string> check_tools(const sieve_plugin* table);
 std::vector<std::string> check_plugin_table(const sieve_plugin* table, uint32_t expected_major);
 
 
 // Is `name` a valid policy / parameter name: [a-z0-9_]+, at most kMaxNameLength bytes.
 bool is_identifier(const char* name);
+// Is `name` a valid tool name: [a-z0-9_-]+ (a command word: "distill-gate"), at most
+// kMaxNameLength bytes.
+bool is_tool_name(const char* name);
 
 }  // namespace sieve::runtime

@@ -9,11 +9,13 @@
 
 #include "sieve/selection/top_k.hpp"
 #include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/page_layout.hpp"
 
 namespace sieve::selection {
 
 struct MinMaxAppendLaunch {
-  const void* k_pages;          // device [capacity, n_kv_heads, page_size, head_dim]
+  const void* k_pages;          // device [capacity, n_kv_heads, page_size, head_dim] (data_ptr)
+  PageStrides k_strides;        // ... laid out as these strides say (page_strides)
   void* sidecar;                // device [capacity, n_kv_heads, 2 * head_dim], same dtype
   Storage kv_dtype;
   int32_t n_kv_heads, page_size, head_dim;

@@ -3,7 +3,7 @@
 // bytes that are not valid UTF-8 as \xNN, so a message stays one line, shows exactly what was
 // given and cannot drive the terminal, while readable UTF-8 passes unchanged. A backslash stays
 // as it is, which makes printable(printable(s)) == printable(s): the CLI's last line of defence
-// (hosts/sieve/error_line.cpp) escapes whole messages whose parts were escaped already.
+// (core/cli/src/error_line.cpp) escapes whole messages whose parts were escaped already.
 // Long text is cut at max_bytes (npos: never), with a mark saying how much was left out.
 #pragma once
 #include <cstddef>

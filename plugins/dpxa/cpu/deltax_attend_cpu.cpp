@@ -1,0 +1,96 @@
+// DeltaXAttention on the CPU: per (sequence, KV head) pack every key block, then each q head's
+// rows over the selection's kept tiles (exact or packed, cpu/deltax.cpp's rows).
+#include <sieve/plugin/policy_api.hpp>
+#include <sieve/util/tensor.hpp>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "deltax_attention.hpp"
+
+namespace sieve::dpxa {
+
+namespace sp = sieve::plugin;
+
+void DeltaXAttention::attend_cpu(const sieve_layer_call& call, const sieve_selection& sel, DLTensor& out,
+                                 const sieve_host_services& services) {
+  const sieve_geometry& g = g_;
+  const int32_t B = cfg_.block, d = g.head_dim, group = g.n_q_heads / g.n_kv_heads;
+  const int32_t H = per_kv_head_ ? g.n_kv_heads : g.n_q_heads;
+  const sieve_paged_kv& view = *call.kv_view;
+  check_cpu_tensors(g, call, view);
+  const int64_t n_q = call.qo_indptr_host[call.batch];
+  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&out, "out"}, {&view.v_pages, "v_pages"}}) {
+    std::string e = t == &out ? sieve::check_tensor(t, what, 3, {n_q, g.n_q_heads, d})
+                              : sieve::check_tensor(t, what, 4, {-1, g.n_kv_heads, g.page_size, d});
+    if (e.empty() && (!sieve::is_float_storage(t->dtype) || (t == &out && !sieve::is_contiguous(*t))))
+      e = std::string(what) + (t == &out ? " must be a contiguous f32/f16/bf16 tensor" : " must be f32/f16/bf16");
+    if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
+  }
+  const int32_t* indptr = sieve::data_ptr<const int32_t>(sel.indptr);
+  const int32_t* indices = sieve::data_ptr<const int32_t>(sel.indices);
+  const void* qbase = sieve::data_ptr<const void>(*call.q);
+  void* obase = sieve::data_ptr<void>(out);
+  // KV loads per q head, for the kv reduction: block-sparse (every kept key) and saved.
+  std::vector<double>& full = load_full_;
+  std::vector<double>& saved = load_saved_;
+  full.assign(size_t(g.n_q_heads), 0.0);
+  saved.assign(size_t(g.n_q_heads), 0.0);
+  int64_t tiles = 0, packed = 0;
+  qrow_.resize(size_t(d));
+  orow_.resize(size_t(d));
+  int32_t row0 = 0;
+  for (int32_t b = 0; b < call.batch; ++b) {
+    const int32_t n = call.kv_len_host[b], q0 = call.qo_indptr_host[b];
+    const int32_t n_new = call.qo_indptr_host[b + 1] - q0, blocks = (n_new + B - 1) / B;
+    const int64_t first_pos = int64_t(n) - n_new;
+    row_scores_.resize(size_t(std::max(n, 1)));
+    for (int32_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+      gather_pages(g, view, view.k_pages, b, kvh, n, k_);
+      gather_pages(g, view, view.v_pages, b, kvh, n, vf_);
+      deltax::pack_tiles(k_.data(), n, d, B, pack_threshold_, pack_);
+      for (int32_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        for (int32_t t = 0; t < blocks; ++t) {
+          const RowSpan span = row_span(n, n_new, B, t);
+          const int64_t r = int64_t(row0 + t) * H + (per_kv_head_ ? kvh : h);
+          const int32_t* kept = indices + indptr[r];
+          const int32_t n_kept = indptr[r + 1] - indptr[r];
+          for (int32_t i = 0; i < n_kept; ++i)
+            if (kept[i] < 0 || kept[i] >= span.n_candidates || (i > 0 && kept[i] <= kept[i - 1]))
+              sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "selection row ", r, " entry ", i, " = ", kept[i],
+                       ": not an ascending key block in [0, ", span.n_candidates, ")");
+          exact_.resize(size_t(n_kept));
+          const float* shares = shares_.row(row0 + t, h, g.n_q_heads);
+          packed += deltax::exact_tiles(kept, n_kept, span.diag_first, shares, exact_top_, exact_.data(), rank_);
+          tiles += n_kept;
+          for (int32_t i = 0; i < n_kept; ++i) {
+            const int32_t j = kept[i], keys = std::min(B, n - j * B);
+            full[size_t(h)] += keys;
+            if (!exact_[size_t(i)]) saved[size_t(h)] += keys - (pack_.first[size_t(j) + 1] - pack_.first[size_t(j)]);
+          }
+          const int64_t nq = std::min<int64_t>(B, n_new - int64_t(t) * B);
+          for (int64_t i = 0; i < nq; ++i) {
+            const int64_t row = (int64_t(q0) + int64_t(t) * B + i) * g.n_q_heads + h;
+            for (int32_t x = 0; x < d; ++x) qrow_[size_t(x)] = sieve::load_float(qbase, call.q->dtype, row * d + x);
+            deltax::attend_row(qrow_.data(), k_.data(), vf_.data(), d, cfg_.scale, B, n, pack_, kept, exact_.data(),
+                               n_kept, first_pos + int64_t(t) * B + i, row_scores_.data(), orow_.data());
+            for (int32_t x = 0; x < d; ++x) sieve::store_float(obase, out.dtype, row * d + x, orow_[size_t(x)]);
+          }
+        }
+      }
+    }
+    row0 += blocks;
+  }
+  // KV reduction relative to the block-sparse kernel (the paper's f·(1 - p)), per q head.
+  double all_full = 0, all_saved = 0;
+  for (int32_t h = 0; h < g.n_q_heads; ++h) {
+    if (full[size_t(h)] > 0) metric(services, "deltax_kv_reduction", call.layer, saved[size_t(h)] / full[size_t(h)], h);
+    all_full += full[size_t(h)];
+    all_saved += saved[size_t(h)];
+  }
+  if (all_full > 0) metric(services, "deltax_kv_reduction", call.layer, all_saved / all_full);
+  if (tiles > 0) metric(services, "deltax_packed", call.layer, double(packed) / double(tiles));
+}
+
+}  // namespace sieve::dpxa
