@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gpu_support.hpp"
+#include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::bench {
 namespace {
@@ -32,9 +33,7 @@ template <class T>
 __global__ void fill_kernel(T* p, int64_t n, uint64_t seed, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float v = normalish(seed, i) * scale;
-    if constexpr (sizeof(T) == 4) p[i] = v;
-    else if constexpr (std::is_same_v<T, __half>) p[i] = __float2half_rn(v);
-    else p[i] = __float2bfloat16_rn(v);
+    p[i] = from_f32<T>(v);
   }
 }
 
@@ -169,10 +168,10 @@ cudaError_t fill_device_random(void* p, DLDataType dt, int64_t n, uint64_t seed,
                                cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 65536));
-  if (dt.bits == 32) fill_kernel<float><<<blocks, 256, 0, stream>>>(static_cast<float*>(p), n, seed, scale);
-  else if (dt.code == kDLBfloat)
-    fill_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(p), n, seed, scale);
-  else fill_kernel<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(p), n, seed, scale);
+  dispatch_cuda_storage(require_storage(dt, "fill_device_random"), [&](auto t) {
+    using T = typename decltype(t)::type;
+    fill_kernel<T><<<blocks, 256, 0, stream>>>(static_cast<T*>(p), n, seed, scale);
+  });
   return cudaGetLastError();
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "sieve/runtime/synthetic.hpp"
+#include "sieve/workload/synthetic.hpp"
 
 namespace sieve::cli {
 

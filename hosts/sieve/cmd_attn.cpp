@@ -18,7 +18,7 @@
 #include "sieve/cli/parse_options.hpp"
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "sieve/workload/synthetic.hpp"
 #include "sieve/util/printable.hpp"
 #include "sieve/util/tensor.hpp"
 

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sieve/runtime/conformance.hpp>
+#include <sieve/runtime/descriptor_names.hpp>
 #include <sieve/runtime/params.hpp>
 #include <sieve/runtime/registry.hpp>
 

@@ -11,8 +11,8 @@
 #include "sieve/cli/error_line.hpp"
 #include "sieve/cli/model_args.hpp"
 #include "sieve/cli/parse_options.hpp"
-#include "sieve/model/fidelity_eval.hpp"
 #include "sieve/model/generate.hpp"
+#include "sieve/model/model_chain.hpp"
 #include "sieve/util/error.hpp"
 
 namespace po = boost::program_options;

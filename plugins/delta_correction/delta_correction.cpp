@@ -324,10 +324,6 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
     tiled_ = true;
   }
 
-  static int32_t dtype_code(DLDataType t) {
-    return t.code == kDLBfloat ? dc::kBF16 : t.bits == 16 ? dc::kF16 : dc::kF32;
-  }
-
   const int32_t* device_int32(const DLTensor* t, const char* what, int64_t n) const {
     const DLDevice dev = geometry().device;
     if (!t || !t->data || !sieve::same_dtype(t->dtype, sieve::kI32) || t->ndim != 1 || t->shape[0] < n ||
@@ -349,7 +345,7 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
     a.interpolate = interpolate_;
     a.row_elems = row_elems_;
     a.out = out.data;
-    a.out_dtype = dtype_code(out.dtype);
+    a.out_dtype = sieve::require_storage(out.dtype, "out");
     a.q_rows = q_rows_.get<int32_t>();
     a.n_dense = n_dense;
     a.anchor_tokens = anchor_tokens_.get<int32_t>();
@@ -418,7 +414,7 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
     t.near_capacity = near_capacity_;
     t.row_bases = row_bases_.get<int32_t>();
     t.q = call.q->data;
-    t.q_dtype = dtype_code(call.q->dtype);
+    t.q_dtype = sieve::require_storage(call.q->dtype, "q");
     t.q_anchor = q_anchor_.get();
     t.q_tail = q_tail_.get();
     t.out_bulk = out_bulk_.get<float>();

@@ -333,11 +333,11 @@ class DeltaKvPolicy final : public sp::PolicyBase {
     a.v = sieve::data_ptr<const void>(view.v_pages);
     a.kv_strides = kv_strides(view);
     a.page_capacity = view.k_pages.shape[0];
-    a.kv_dt = dtype_code(g.kv_dtype);
+    a.kv_dt = sieve::require_storage(g.kv_dtype, "the KV pages");
     a.q = sieve::data_ptr<const void>(*call.q);
-    a.q_dt = dtype_code(call.q->dtype);
+    a.q_dt = sieve::require_storage(call.q->dtype, "q");
     a.out = sieve::data_ptr<void>(out);
-    a.out_dt = dtype_code(out.dtype);
+    a.out_dt = sieve::require_storage(out.dtype, "out");
     a.batch = call.batch;
     a.hq = g.n_q_heads;
     a.hkv = g.n_kv_heads;
@@ -370,9 +370,6 @@ class DeltaKvPolicy final : public sp::PolicyBase {
         sp::fail(SIEVE_ERR_DEVICE, "deltakv: reading the anchor counts failed: ", error);
       report(call, counts);
     }
-  }
-  static int dtype_code(DLDataType t) {
-    return t.bits == 32 ? dk::kCudaF32 : t.code == kDLBfloat ? dk::kCudaBF16 : dk::kCudaF16;
   }
 #else
   [[noreturn]] void attend_cuda(const sieve_layer_call&, DLTensor&) {

@@ -58,13 +58,6 @@ void gather_pages(const sieve_geometry& g, const sieve_paged_kv& view, const DLT
   }
 }
 
-int32_t dtype_code(DLDataType t, const char* what) {
-  if (sieve::same_dtype(t, sieve::kF32)) return 0;
-  if (sieve::same_dtype(t, sieve::kF16)) return 1;
-  if (sieve::same_dtype(t, sieve::kBF16)) return 2;
-  sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " has dtype ", sieve::dtype_name(t), ", not f32/f16/bf16");
-}
-
 void metric(const sieve_host_services& s, const char* name, int32_t layer, double value, int32_t head) {
   if (s.metric) s.metric(s.host_ctx, name, layer, head, value);
 }

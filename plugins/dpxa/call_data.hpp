@@ -44,9 +44,6 @@ void gather_q(const sieve_geometry& g, const sieve_layer_call& call, int32_t b, 
 void gather_pages(const sieve_geometry& g, const sieve_paged_kv& view, const DLTensor& pages, int32_t b, int32_t kvh,
                   int64_t kv_len, std::vector<float>& out);
 
-// The CUDA launches' dtype code (0 f32, 1 f16, 2 bf16); throws for any other dtype of `what`.
-int32_t dtype_code(DLDataType t, const char* what);
-
 // One value through the host's metric callback, when it has one.
 void metric(const sieve_host_services& s, const char* name, int32_t layer, double value, int32_t head = -1);
 

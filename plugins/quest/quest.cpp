@@ -180,8 +180,8 @@ class QuestPolicy final : public sp::PolicyBase {
     const DLTensor side = sidecar_.tensor(call);
     sel::PageBoundLaunch b{};
     b.q = sieve::data_ptr<const void>(*call.q);
-    b.q_dtype = sel::storage_of(call.q->dtype);
-    if (b.q_dtype == sel::Storage::invalid || call.q->ndim != 3 || call.q->shape[1] != g.n_q_heads ||
+    b.q_dtype = sieve::require_storage(call.q->dtype, "q");
+    if (call.q->ndim != 3 || call.q->shape[1] != g.n_q_heads ||
         call.q->shape[2] != g.head_dim || !sieve::is_contiguous(*call.q) ||
         call.q->device.device_type != kDLCUDA)
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "q must be a compact CUDA [n, ", g.n_q_heads, ", ",
@@ -189,7 +189,7 @@ class QuestPolicy final : public sp::PolicyBase {
     b.qo_indptr = sieve::data_ptr<const int32_t>(*call.qo_indptr);
     b.n_q_heads = g.n_q_heads;
     b.sidecar = sieve::data_ptr<const void>(side);
-    b.kv_dtype = sel::storage_of(side.dtype);
+    b.kv_dtype = sieve::require_storage(side.dtype, "the page-bound sidecar");
     b.n_kv_heads = g.n_kv_heads;
     b.head_dim = g.head_dim;
     b.kv_indptr = sieve::data_ptr<const int32_t>(view.indptr);

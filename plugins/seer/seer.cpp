@@ -75,16 +75,6 @@ constexpr uint32_t kDevices = SIEVE_DEVICE_CPU;
 
 enum Mode : uint32_t { kBudget = 0, kThreshold = 1, kOracle = 2 };
 
-// sieve::Error (gate file I/O) -> the plugin's Error, keeping status and message.
-template <class F>
-auto rethrow_as_plugin_error(F&& f) {
-  try {
-    return f();
-  } catch (const sieve::Error& e) {
-    throw sp::Error(e.status, e.what());
-  }
-}
-
 class SeerPolicy final : public sp::PolicyBase {
  public:
   static constexpr sieve_param_spec kParams[] = {
@@ -161,7 +151,7 @@ class SeerPolicy final : public sp::PolicyBase {
       const sg::GateShape shape = sg::read_gate_shape(path);
       for (const std::string& why : sg::gate_mismatch(shape, g, int32_t(block), p.boolean("rmsnorm"))) r.invalid(why);
     } catch (const sieve::Error& e) {
-      r.add(e.status == SIEVE_ERR_NOT_FOUND ? SIEVE_ERR_INVALID_ARGUMENT : e.status, std::string("weights: ") + e.what());
+      r.add(e.status() == SIEVE_ERR_NOT_FOUND ? SIEVE_ERR_INVALID_ARGUMENT : e.status(), std::string("weights: ") + e.what());
     }
   }
 
@@ -182,9 +172,7 @@ class SeerPolicy final : public sp::PolicyBase {
     if (mode_ != kOracle) {
       const std::string weights(ctx.params.text("weights"));
       builtin_ = sg::is_builtin_gate(weights);
-      weights_ = rethrow_as_plugin_error([&] {
-        return sg::is_builtin_gate(weights) ? sg::builtin_gate(weights, g, block_, rmsnorm_) : sg::read_gate(weights);
-      });
+      weights_ = builtin_ ? sg::builtin_gate(weights, g, block_, rmsnorm_) : sg::read_gate(weights);
       gate_dim_ = weights_.shape.gate_dim;
       if (!ctx.kv || !ctx.kv_api || !ctx.kv_api->register_sidecar)
         sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "seer keeps its K-compression cache in a KV-store sidecar: no store given");

@@ -12,6 +12,7 @@
 #include "common/attention_tolerance.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/reference/attention_ref.hpp"
+#include "sieve/reference/cosine.hpp"
 #include "sieve/reference/fidelity.hpp"
 #include "sieve/reference/workload.hpp"
 
@@ -157,6 +158,25 @@ TEST(AttentionFidelity, RelativeError) {
   EXPECT_DOUBLE_EQ(reference::relative_error(zero, small, 2), 1e-3);  // absolute when ref is 0
   const float nan[3] = {3, NAN, 4};
   EXPECT_TRUE(std::isnan(reference::relative_error(ref, nan, 3)));
+}
+
+TEST(AttentionFidelity, Cosine) {
+  const float a[3] = {1, 2, 3}, twice[3] = {2, 4, 6}, minus[3] = {-1, -2, -3}, ortho[3] = {3, 0, -1};
+  // |a| = sqrt(14), |2a| = sqrt(56): 28 / sqrt(784) = 1 with every step exact in f64.
+  EXPECT_EQ(reference::cosine(a, twice, 3), 1.0);
+  EXPECT_EQ(reference::cosine(a, minus, 3), -1.0);
+  EXPECT_EQ(reference::cosine(a, ortho, 3), 0.0);
+  const float x[2] = {1, 0}, diag[2] = {1, 1};
+  EXPECT_DOUBLE_EQ(reference::cosine(x, diag, 2), 1.0 / std::sqrt(2.0));
+  // Zero vectors (as the Delta-KV keep rule): two zeros are the same vector, one zero is unrelated.
+  const float zero[3] = {0, 0, 0}, negzero[3] = {-0.f, 0, -0.f};
+  EXPECT_EQ(reference::cosine(zero, negzero, 3), 1.0);
+  EXPECT_EQ(reference::cosine(zero, a, 3), 0.0);
+  EXPECT_EQ(reference::cosine(a, zero, 3), 0.0);
+  EXPECT_EQ(reference::cosine(a, a, 0), 1.0);  // two empty vectors
+  const float nan[3] = {1, NAN, 3};
+  EXPECT_TRUE(std::isnan(reference::cosine(nan, a, 3)));
+  EXPECT_TRUE(std::isnan(reference::cosine(zero, nan, 3)));
 }
 
 TEST(AttentionFidelity, CompareOutputFindsTheWorstRow) {

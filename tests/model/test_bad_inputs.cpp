@@ -303,7 +303,7 @@ TEST(BadInput, FileInputReadsOnlyBoundedRegularFiles) {
     InputFile(dir.file("absent"), "model");
     ADD_FAILURE() << "a missing file was opened";
   } catch (const sieve::Error& e) {
-    EXPECT_EQ(e.status, SIEVE_ERR_NOT_FOUND);
+    EXPECT_EQ(e.status(), SIEVE_ERR_NOT_FOUND);
   }
   EXPECT_EQ(checked_mul(int64_t(1) << 31, int64_t(1) << 31, "x"), int64_t(1) << 62);
   EXPECT_THAT(error_of([] { checked_mul(int64_t(1) << 32, int64_t(1) << 31, "the pool"); }),

@@ -611,7 +611,8 @@ TEST(PluginSupport, ReasonsStatusPrefersInvalid) {
   r.unsupported("c");
   EXPECT_EQ(r.status(), SIEVE_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(r.joined(), "a; b; c");
-  EXPECT_STREQ(sp::status_name(SIEVE_ERR_CAPACITY), "SIEVE_ERR_CAPACITY");
+  EXPECT_EQ(sp::status_name(SIEVE_ERR_CAPACITY), "SIEVE_ERR_CAPACITY");
+  EXPECT_EQ(sp::status_name(42), "status 42");
 }
 
 TEST(PluginSupport, LoggingWithoutAHostCallbackIsDropped) {

@@ -17,7 +17,7 @@
 
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "sieve/workload/synthetic.hpp"
 #include "../plugins/support/chain_session.hpp"
 
 using namespace sieve::runtime;

@@ -13,7 +13,7 @@
 #include "sieve/runtime/conformance.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "sieve/workload/synthetic.hpp"
 #include "sieve/util/tensor.hpp"
 #include "../plugins/support/chain_session.hpp"
 #include "../plugins/support/run_command.hpp"

@@ -147,7 +147,7 @@ TEST(Session, DefaultStoreIsPagedAndItsCallsWork) {
     s.bind_pages(pages);
     ADD_FAILURE() << "bind_pages on a store that owns its pages was accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(e.status, SIEVE_ERR_UNSUPPORTED);
+    EXPECT_EQ(e.status(), SIEVE_ERR_UNSUPPORTED);
     EXPECT_THAT(std::string(e.what()), HasSubstr("KV store 'paged' owns its pages"));
   }
 }

@@ -9,7 +9,28 @@
 #include <random>
 #include <string>
 
+#include <sieve/abi.h>
+
 namespace sieve::test {
+
+// A small CPU model the fixture plugins accept: 5 layers, 8 query / 2 KV heads, head_dim 64,
+// pages of 16, f32.
+inline sieve_geometry model_geometry() {
+  sieve_geometry g{};
+  g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
+  g.n_layers = 5;
+  g.n_q_heads = 8;
+  g.n_kv_heads = 2;
+  g.head_dim = 64;
+  g.page_size = 16;
+  g.max_batch = 2;
+  g.max_seq_len = 512;
+  g.kv_dtype = {kDLFloat, 32, 1};
+  g.device = {kDLCPU, 0};
+  g.rope_theta = 10000.f;
+  g.rope_dim = 64;
+  return g;
+}
 
 inline std::string fixture(const std::string& name) {
   return std::string(SIEVE_FIXTURE_DIR) + "/libsieve_" + name + ".so";

@@ -53,7 +53,7 @@ TEST(HostCopy, BadStridesAreRefusedWithOneLine) {
     runtime::copy_view_to_host(services, w.kv, &h);
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(e.status, SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(e.status(), SIEVE_ERR_INVALID_ARGUMENT);
     EXPECT_THAT(e.what(), ::testing::StartsWith("copy_view_to_host: kv.v_pages: head_dim stride 2"));
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }

@@ -5,9 +5,11 @@
 
 #include <fstream>
 
+#include <sieve/runtime/descriptor_names.hpp>
 #include <sieve/runtime/loader.hpp>
 #include <sieve/runtime/registry.hpp>
 #include <sieve/util/abi_v1_0.hpp>
+#include <sieve/util/status.hpp>
 
 #include "sieve/kv/paged_store.hpp"
 
@@ -443,8 +445,8 @@ TEST(Names, CapabilityBits) {
   EXPECT_EQ(device_names(SIEVE_DEVICE_CUDA), "cuda");
   EXPECT_EQ(dtype_names(SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16), "f16,bf16");
   EXPECT_EQ(needs_names(0), "-");
-  EXPECT_EQ(status_name(SIEVE_ERR_VERSION), "SIEVE_ERR_VERSION");
-  EXPECT_EQ(status_name(42), "status 42");
+  EXPECT_EQ(sieve::status_name(SIEVE_ERR_VERSION), "SIEVE_ERR_VERSION");
+  EXPECT_EQ(sieve::status_name(42), "status 42");
   EXPECT_TRUE(is_identifier("quest_2"));
   EXPECT_FALSE(is_identifier("Quest"));
   EXPECT_FALSE(is_identifier(""));

@@ -18,22 +18,7 @@ using ::testing::IsEmpty;
 
 namespace {
 
-sieve_geometry model() {
-  sieve_geometry g{};
-  g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
-  g.n_layers = 5;
-  g.n_q_heads = 8;
-  g.n_kv_heads = 2;
-  g.head_dim = 64;
-  g.page_size = 16;
-  g.max_batch = 2;
-  g.max_seq_len = 512;
-  g.kv_dtype = {kDLFloat, 32, 1};
-  g.device = {kDLCPU, 0};
-  g.rope_theta = 10000.f;
-  g.rope_dim = 64;
-  return g;
-}
+sieve_geometry model() { return sieve::test::model_geometry(); }
 
 class Resolve : public ::testing::Test {
  protected:

@@ -299,7 +299,7 @@ TEST(PageBound, BadKStridesAreRefusedWithOneLine) {
     sel::minmax_on_append_cpu(view, new_tokens, side);
     ADD_FAILURE() << "overlapping strides accepted";
   } catch (const sieve::Error& e) {
-    EXPECT_EQ(e.status, SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(e.status(), SIEVE_ERR_INVALID_ARGUMENT);
     EXPECT_THAT(std::string(e.what()), ::testing::StartsWith("page bound: K pages: strides [64, 32, 4, 1] overlap"));
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }

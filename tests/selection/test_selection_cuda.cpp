@@ -146,7 +146,7 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
     Dev<int32_t> d_indptr(indptr), d_indices(indices), d_last(last), d_tok(tok);
     int32_t max_pages = 0;
     for (int b = 0; b < 3; ++b) max_pages = std::max(max_pages, indptr[size_t(b) + 1] - indptr[size_t(b)]);
-    sel::MinMaxAppendLaunch m{d_k.p, at, d_side.p, sel::storage_of(dtype), g.n_kv_heads, g.page_size, head_dim,
+    sel::MinMaxAppendLaunch m{d_k.p, at, d_side.p, *sieve::storage_of(dtype), g.n_kv_heads, g.page_size, head_dim,
                               d_indptr.p, d_indices.p, d_last.p, catch_up ? nullptr : d_tok.p, 3,
                               max_pages, nullptr};
     ASSERT_EQ(sel::launch_minmax_append(m), nullptr);
@@ -172,8 +172,8 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
       Dev<int32_t> d_qo(qo);
       Dev<float> d_scores(cpu.size());
       d_scores.poison();
-      sel::PageBoundLaunch pb{d_q.p, sel::storage_of(q.dl().dtype), d_qo.p, g.n_q_heads, d_side.p,
-                              sel::storage_of(dtype), g.n_kv_heads, head_dim, d_indptr.p, d_indices.p,
+      sel::PageBoundLaunch pb{d_q.p, *sieve::storage_of(q.dl().dtype), d_qo.p, g.n_q_heads, d_side.p,
+                              *sieve::storage_of(dtype), g.n_kv_heads, head_dim, d_indptr.p, d_indices.p,
                               3, max_pages, group_max, d_scores.p, {1, indptr[3]}, nullptr};
       ASSERT_EQ(sel::launch_page_bounds(pb), nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

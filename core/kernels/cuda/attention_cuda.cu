@@ -120,11 +120,6 @@ sieve_status device_state(int dev, DeviceState** out, std::string* error) {
   return SIEVE_OK;
 }
 
-int dtype_code(DLDataType t) {
-  if (t.bits == 32) return cuda::kDtF32;
-  return t.code == kDLBfloat ? cuda::kDtBF16 : cuda::kDtF16;
-}
-
 // How one call runs.
 struct Plan {
   AttentionShape s;
@@ -197,9 +192,9 @@ int32_t mma_splits(int64_t ctas, int64_t keys, int64_t min_keys, int sm_count) {
 // The tensor-core kernels need q and K/V in one 16-bit dtype (the MMA's operands), head_dim 64
 // or 128, and 16-byte aligned bases (cp.async / ldmatrix rows).
 bool tensor_core_eligible(const sieve_attention_args& a, const AttentionShape& s) {
-  const int kv_dt = dtype_code(a.kv->k_pages.dtype);
+  const Storage kv_dt = require_storage(a.kv->k_pages.dtype, "kv.k_pages");
   auto aligned = [](const DLTensor& t) { return reinterpret_cast<uintptr_t>(data_ptr<const void>(t)) % 16 == 0; };
-  return kv_dt != cuda::kDtF32 && dtype_code(a.q->dtype) == kv_dt && (s.d == 64 || s.d == 128) &&
+  return kv_dt != Storage::f32 && require_storage(a.q->dtype, "q") == kv_dt && (s.d == 64 || s.d == 128) &&
          aligned(*a.q) && aligned(a.kv->k_pages) && aligned(a.kv->v_pages);
 }
 
@@ -212,7 +207,7 @@ Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int
   p.mma = o.tensor_cores && tensor_core_eligible(a, s);
   int32_t max_hg;
   if (p.mma) max_hg = cuda::kMmaRowHeads;
-  else if (p.row_path) max_hg = cuda::row_heads_per_cta(dtype_code(a.kv->k_pages.dtype), s.d);
+  else if (p.row_path) max_hg = cuda::row_heads_per_cta(require_storage(a.kv->k_pages.dtype, "kv.k_pages"), s.d);
   else max_hg = cuda::kMaxHeadsPerCta;
   p.hg = per_q_head ? 1 : std::min(s.group, max_hg);
   p.chunks = (s.group + p.hg - 1) / p.hg;
@@ -311,9 +306,9 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
 
   AttnParams p{};
   p.q = data_ptr<const void>(*a.q);
-  p.q_dt = dtype_code(a.q->dtype);
+  p.q_dt = require_storage(a.q->dtype, "q");
   p.out = data_ptr<void>(*a.out);
-  p.out_dt = dtype_code(a.out->dtype);
+  p.out_dt = require_storage(a.out->dtype, "out");
   p.lse = a.lse ? data_ptr<float>(*a.lse) : nullptr;
   p.qo_indptr = data_ptr<const int32_t>(*a.qo_indptr);
   p.q_rows = a.q_rows ? data_ptr<const int32_t>(*a.q_rows) : nullptr;
@@ -357,7 +352,7 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   p.page_mass = s.stats != SIEVE_STATS_NONE ? data_ptr<float>(*a.page_mass) : nullptr;
   p.err = st->err;
 
-  const int kv_dt = dtype_code(kv.k_pages.dtype);
+  const Storage kv_dt = require_storage(kv.k_pages.dtype, "kv.k_pages");
   const bool stats = s.stats != SIEVE_STATS_NONE;
 
   // Scratch: split partials [splits, n_work, hq, d] + [splits, n_work, hq], the statistics'

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "sieve/util/page_layout.hpp"
+#include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::kernels::cuda {
 
@@ -17,8 +18,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -__builtin_huge_valf();
 
-// Element dtype of q / out (runtime: read once per tile) and of the pages (a template argument).
-enum DType : int { kDtF32 = 0, kDtF16 = 1, kDtBF16 = 2 };
+// The element dtype of q / out is a runtime Storage (load_storage / store_storage, read once per
+// tile); the pages' is a template argument (dispatch_cuda_storage in the launchers).
 
 // Bad contents found on the device (the host cannot see device arrays without a sync). The first
 // offender wins (atomicCAS on `code`); the kernels skip the bad entry and go on, so nothing reads
@@ -52,9 +53,9 @@ static __device__ __noinline__ void record_error(ErrorRecord* e, int code, long 
 struct AttnParams {
   // queries and outputs (compact row-major [n_q_tokens, hq, d])
   const void* q;
-  int q_dt;
+  Storage q_dt;
   void* out;
-  int out_dt;
+  Storage out_dt;
   float* lse;      // optional, natural log
   float* lse_all;  // scratch lse for the statistics pass when the caller passed no lse, else null
   const int32_t* qo_indptr;  // [batch + 1]
@@ -109,21 +110,6 @@ struct AttnParams {
 };
 
 // ---- dtype conversion ------------------------------------------------------------------------
-
-__device__ inline float load_elem(const void* base, int dt, int64_t i) {
-  if (dt == kDtF32) return static_cast<const float*>(base)[i];
-  if (dt == kDtF16) return __half2float(static_cast<const __half*>(base)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-}
-__device__ inline void store_elem(void* base, int dt, int64_t i, float v) {
-  if (dt == kDtF32) {
-    static_cast<float*>(base)[i] = v;
-  } else if (dt == kDtF16) {
-    static_cast<__half*>(base)[i] = __float2half_rn(v);
-  } else {
-    static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
-  }
-}
 
 // 16 bytes of storage elements -> f32.
 template <class T>
@@ -369,22 +355,22 @@ __device__ inline void pdl_wait() {
 
 // Row kernel: one CTA per (work row, head unit, KV split); decode, and prefill rows listed in
 // q_rows. `kv_dt` is the storage dtype; p.hg must not exceed row_heads_per_cta(kv_dt, d).
-cudaError_t launch_row_attention(const AttnParams& p, int kv_dt, cudaStream_t stream);
+cudaError_t launch_row_attention(const AttnParams& p, Storage kv_dt, cudaStream_t stream);
 // Split-KV merge of the row kernel's partial states.
 cudaError_t launch_split_combine(const AttnParams& p, cudaStream_t stream);
 // Tiled causal prefill over every query token: grid (tiles, head units, batch).
-cudaError_t launch_prefill_attention(const AttnParams& p, int kv_dt, int32_t max_tiles,
+cudaError_t launch_prefill_attention(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                      int32_t tile_tokens, cudaStream_t stream);
 // Tensor-core variants (attention_decode_mma.cu, attention_prefill_mma.cu) for q and K/V of one
 // 16-bit dtype, head_dim 64 or 128: the row kernel with up to kMmaRowHeads heads per CTA, and the
 // prefill kernel with tile_tokens * hg <= kMmaPrefillRows rows per CTA.
 constexpr int kMmaRowHeads = 16;
 constexpr int kMmaPrefillRows = 128;
-cudaError_t launch_row_attention_mma(const AttnParams& p, int kv_dt, cudaStream_t stream);
-cudaError_t launch_prefill_attention_mma(const AttnParams& p, int kv_dt, int32_t max_tiles,
+cudaError_t launch_row_attention_mma(const AttnParams& p, Storage kv_dt, cudaStream_t stream);
+cudaError_t launch_prefill_attention_mma(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                          int32_t tile_tokens, cudaStream_t stream);
 // Page statistics (decode) from the final lse: grid (max pages, work rows).
-cudaError_t launch_page_mass(const AttnParams& p, int kv_dt, int32_t max_pages,
+cudaError_t launch_page_mass(const AttnParams& p, Storage kv_dt, int32_t max_pages,
                              cudaStream_t stream);
 // The same statistics from p.logits (written by the tensor-core row kernel in the attention pass)
 // and the final lse: reads 4 bytes per (token, head) instead of the K cache.
@@ -395,6 +381,6 @@ cudaError_t launch_page_mass_from_logits(const AttnParams& p, int32_t max_pages,
 // need ~230 registers (2 CTAs per SM), so those take 4 (~170) and a group of 8 runs as two CTAs
 // whose K/V reads meet in L2 (they are neighbours in the grid).
 constexpr int kMaxHeadsPerCta = 8;
-inline int row_heads_per_cta(int kv_dt, int d) { return kv_dt != kDtF32 && d >= 64 ? 4 : 8; }
+inline int row_heads_per_cta(Storage kv_dt, int d) { return kv_dt != Storage::f32 && d >= 64 ? 4 : 8; }
 
 }  // namespace sieve::kernels::cuda

@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
     const float out = Lsum > 0.f ? O / Lsum : 0.f;  // a row that attended nothing outputs 0
     const float lse = Lsum > 0.f ? (mx + log2f(Lsum)) * kLn2 : kNegInf;
     if (p.n_splits == 1) {
-      store_elem(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + d, out);
+      store_storage(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + d, out);
       if (d == 0) {
         if (p.lse) p.lse[int64_t(tok) * p.hq + h] = lse;
         if (p.lse_all) p.lse_all[int64_t(tok) * p.hq + h] = lse;
@@ -329,13 +329,13 @@ cudaError_t launch_t(const AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_row_attention_mma(const AttnParams& p, int kv_dt, cudaStream_t stream) {
+cudaError_t launch_row_attention_mma(const AttnParams& p, Storage kv_dt, cudaStream_t stream) {
   if (p.hg > kRows) return cudaErrorInvalidConfiguration;
-  switch (kv_dt) {
-    case kDtF16: return launch_t<__half>(p, stream);
-    case kDtBF16: return launch_t<__nv_bfloat16>(p, stream);
-    default: return cudaErrorInvalidValue;  // f32 storage takes the FMA row kernel
-  }
+  return dispatch_cuda_storage(kv_dt, [&](auto t) {
+    using T = typename decltype(t)::type;
+    if constexpr (std::is_same_v<T, float>) return cudaErrorInvalidValue;  // f32 storage: the FMA row kernel
+    else return launch_t<T>(p, stream);
+  });
 }
 
 }  // namespace sieve::kernels::cuda

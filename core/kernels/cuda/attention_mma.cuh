@@ -90,19 +90,14 @@ __device__ inline uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-template <class T>
-__host__ __device__ constexpr int dtype_code_of() {
-  return sizeof(T) == 4 ? kDtF32 : std::is_same_v<T, __half> ? kDtF16 : kDtBF16;
-}
-
 // Stores out[i], out[i + 1]: one 4-byte store when out has the kernels' 16-bit type.
 template <class T>
 __device__ inline void store_pair(const AttnParams& p, int64_t i, float a, float b) {
-  if (p.out_dt == dtype_code_of<T>()) {
+  if (p.out_dt == storage_of_type<T>()) {
     *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + i) = pack2<T>(a, b);
   } else {
-    store_elem(p.out, p.out_dt, i, a);
-    store_elem(p.out, p.out_dt, i + 1, b);
+    store_storage(p.out, p.out_dt, i, a);
+    store_storage(p.out, p.out_dt, i + 1, b);
   }
 }
 

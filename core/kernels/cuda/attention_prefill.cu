@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttnParams p, i
     float v = 0.f;
     if (row < n_rows) {
       const int32_t tok = qo0 + q0 + row / nh;
-      v = load_elem(p.q, p.q_dt, (int64_t(tok) * p.hq + h0 + row % nh) * D + d) * p.scale_log2;
+      v = load_storage(p.q, p.q_dt, (int64_t(tok) * p.hq + h0 + row % nh) * D + d) * p.scale_log2;
     }
     Qs[row * L::QS + d] = v;
   }
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttnParams p, i
     const float inv = lt > 0.f ? 1.f / lt : 0.f;  // a row that attended nothing outputs 0
 #pragma unroll
     for (int c = 0; c < DC; ++c)
-      store_elem(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + tx + 8 * c, O[i][c] * inv);
+      store_storage(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + tx + 8 * c, O[i][c] * inv);
     if (tx == 0 && p.lse)
       p.lse[int64_t(tok) * p.hq + h] = lt > 0.f ? (m[i] + log2f(lt)) * kLn2 : kNegInf;
   }
@@ -271,13 +271,11 @@ cudaError_t launch_kt(const AttnParams& p, int32_t max_tiles, int32_t tile_token
 
 }  // namespace
 
-cudaError_t launch_prefill_attention(const AttnParams& p, int kv_dt, int32_t max_tiles,
+cudaError_t launch_prefill_attention(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                      int32_t tile_tokens, cudaStream_t stream) {
-  switch (kv_dt) {
-    case kDtF32: return launch_kt<float>(p, max_tiles, tile_tokens, stream);
-    case kDtF16: return launch_kt<__half>(p, max_tiles, tile_tokens, stream);
-    default: return launch_kt<__nv_bfloat16>(p, max_tiles, tile_tokens, stream);
-  }
+  return dispatch_cuda_storage(kv_dt, [&](auto t) {
+    return launch_kt<typename decltype(t)::type>(p, max_tiles, tile_tokens, stream);
+  });
 }
 
 }  // namespace sieve::kernels::cuda

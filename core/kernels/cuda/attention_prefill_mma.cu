@@ -225,14 +225,14 @@ cudaError_t launch_t(const AttnParams& p, int32_t max_tiles, int32_t tile_tokens
 
 }  // namespace
 
-cudaError_t launch_prefill_attention_mma(const AttnParams& p, int kv_dt, int32_t max_tiles,
+cudaError_t launch_prefill_attention_mma(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                          int32_t tile_tokens, cudaStream_t stream) {
   if (tile_tokens < 1 || tile_tokens * p.hg > kRows) return cudaErrorInvalidConfiguration;
-  switch (kv_dt) {
-    case kDtF16: return launch_t<__half>(p, max_tiles, tile_tokens, stream);
-    case kDtBF16: return launch_t<__nv_bfloat16>(p, max_tiles, tile_tokens, stream);
-    default: return cudaErrorInvalidValue;  // f32 storage takes the FMA prefill kernel
-  }
+  return dispatch_cuda_storage(kv_dt, [&](auto t) {
+    using T = typename decltype(t)::type;
+    if constexpr (std::is_same_v<T, float>) return cudaErrorInvalidValue;  // f32 storage: the FMA prefill kernel
+    else return launch_t<T>(p, max_tiles, tile_tokens, stream);
+  });
 }
 
 }  // namespace sieve::kernels::cuda

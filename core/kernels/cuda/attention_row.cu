@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParam
   for (int g = 0; g < HG; ++g)
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
-      q[g][e] = g < nh ? load_elem(p.q, p.q_dt, (int64_t(tok) * p.hq + h0 + g) * D + tx * VEC + e) *
+      q[g][e] = g < nh ? load_storage(p.q, p.q_dt, (int64_t(tok) * p.hq + h0 + g) * D + tx * VEC + e) *
                              p.scale_log2
                        : 0.f;
 
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) row_attention_kernel(const AttnParam
     const float o = L > 0.f ? O / L : 0.f;  // a row that attended nothing outputs 0
     const float lse = L > 0.f ? (mx + log2f(L)) * kLn2 : kNegInf;
     if (p.n_splits == 1) {
-      store_elem(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + d, o);
+      store_storage(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + d, o);
       if (d == 0) {
         if (p.lse) p.lse[int64_t(tok) * p.hq + h] = lse;
         if (p.lse_all) p.lse_all[int64_t(tok) * p.hq + h] = lse;
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(const AttnParam
       for (int u = 0; u < kCombineBatch; ++u)
         if (s0 + u < S && sm_w[s0 + u] > 0.f) o = fmaf(sm_w[s0 + u], v[u], o);
     }
-    store_elem(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * p.d + d, o * inv);
+    store_storage(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * p.d + d, o * inv);
   }
   if (threadIdx.x == 0) {
     const float lse = sum > 0.f ? mx + logf(sum) : kNegInf;
@@ -324,12 +324,8 @@ cudaError_t launch_kt(const AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_row_attention(const AttnParams& p, int kv_dt, cudaStream_t stream) {
-  switch (kv_dt) {
-    case kDtF32: return launch_kt<float>(p, stream);
-    case kDtF16: return launch_kt<__half>(p, stream);
-    default: return launch_kt<__nv_bfloat16>(p, stream);
-  }
+cudaError_t launch_row_attention(const AttnParams& p, Storage kv_dt, cudaStream_t stream) {
+  return dispatch_cuda_storage(kv_dt, [&](auto t) { return launch_kt<typename decltype(t)::type>(p, stream); });
 }
 
 cudaError_t launch_split_combine(const AttnParams& p, cudaStream_t stream) {

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) page_mass_kernel(const AttnParams p)
     __syncthreads();  // the previous KV head's queries are no longer read
     for (int i = threadIdx.x; i < p.group * D; i += kThreads) {
       const int32_t h = kvh * p.group + i / D;
-      qs[i] = load_elem(p.q, p.q_dt, (int64_t(tok) * p.hq + h) * D + i % D) * p.scale_log2;
+      qs[i] = load_storage(p.q, p.q_dt, (int64_t(tok) * p.hq + h) * D + i % D) * p.scale_log2;
     }
     for (int g = threadIdx.x; g < p.group; g += kThreads) {
       const int32_t h = kvh * p.group + g;
@@ -257,13 +257,11 @@ cudaError_t launch_page_mass_from_logits(const AttnParams& p, int32_t max_pages,
   return cudaGetLastError();
 }
 
-cudaError_t launch_page_mass(const AttnParams& p, int kv_dt, int32_t max_pages,
+cudaError_t launch_page_mass(const AttnParams& p, Storage kv_dt, int32_t max_pages,
                              cudaStream_t stream) {
-  switch (kv_dt) {
-    case kDtF32: return launch_kt<float>(p, max_pages, stream);
-    case kDtF16: return launch_kt<__half>(p, max_pages, stream);
-    default: return launch_kt<__nv_bfloat16>(p, max_pages, stream);
-  }
+  return dispatch_cuda_storage(kv_dt, [&](auto t) {
+    return launch_kt<typename decltype(t)::type>(p, max_pages, stream);
+  });
 }
 
 }  // namespace sieve::kernels::cuda

@@ -1,14 +1,12 @@
 // The scatter kernel and the staging ring of token_writer.cuh.
 #include "token_writer.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 
 #include "sieve/util/error.hpp"
+#include "sieve/util/storage_cuda.cuh"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::kv {
@@ -35,24 +33,6 @@ namespace {
 constexpr size_t kStageBytes = size_t(256) << 10;
 constexpr int64_t kSlotsPerChunk = int64_t(kStageBytes / sizeof(TokenSlot));
 constexpr int64_t kInline = TokenWriter::kInlineSlots;
-
-template <class T>
-__device__ inline float to_f32(T v);
-template <>
-__device__ inline float to_f32<float>(float v) { return v; }
-template <>
-__device__ inline float to_f32<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ inline float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <class T>
-__device__ inline T from_f32(float v);
-template <>
-__device__ inline float from_f32<float>(float v) { return v; }
-template <>
-__device__ inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // Same dtype: copy the bits (NaN payloads included), as the CPU stores' memcpy does.
 template <class S, class D>
@@ -123,19 +103,13 @@ cudaError_t launch_scatter(const SlotList& slots, int32_t hkv, int32_t head_dim,
   return cudaGetLastError();
 }
 
-template <class D>
-cudaError_t scatter_to(DLDataType src_dt, const SlotList& slots, int32_t hkv, int32_t head_dim,
-                       const ScatterSources& src, cudaStream_t stream) {
-  if (same_dtype(src_dt, kF32)) return launch_scatter<float, D>(slots, hkv, head_dim, src, stream);
-  if (same_dtype(src_dt, kF16)) return launch_scatter<__half, D>(slots, hkv, head_dim, src, stream);
-  return launch_scatter<__nv_bfloat16, D>(slots, hkv, head_dim, src, stream);
-}
-
 cudaError_t scatter(DLDataType src_dt, DLDataType dst_dt, const SlotList& slots, int32_t hkv, int32_t head_dim,
                     const ScatterSources& src, cudaStream_t stream) {
-  if (same_dtype(dst_dt, kF32)) return scatter_to<float>(src_dt, slots, hkv, head_dim, src, stream);
-  if (same_dtype(dst_dt, kF16)) return scatter_to<__half>(src_dt, slots, hkv, head_dim, src, stream);
-  return scatter_to<__nv_bfloat16>(src_dt, slots, hkv, head_dim, src, stream);
+  return dispatch_cuda_storage(require_storage(src_dt, "append: the new tokens"), [&](auto s) {
+    return dispatch_cuda_storage(require_storage(dst_dt, "the store's pages"), [&](auto d) {
+      return launch_scatter<typename decltype(s)::type, typename decltype(d)::type>(slots, hkv, head_dim, src, stream);
+    });
+  });
 }
 
 }  // namespace

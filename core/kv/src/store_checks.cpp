@@ -1,6 +1,7 @@
 // The argument checks shared by the core's stores.
 #include "sieve/kv/store_checks.hpp"
 
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/tensor.hpp"
 
@@ -36,9 +37,8 @@ void check_append(const sieve_kv_append& a, const sieve_kv_config& config, DLDev
     if (optional && !t) return;
     std::string p = check_tensor(t, what, 3, {n_tokens, g.n_kv_heads, g.head_dim});
     if (!p.empty()) fail(SIEVE_ERR_INVALID_ARGUMENT, "append: " + p);
-    if (!is_float_storage(t->dtype))
-      fail(SIEVE_ERR_INVALID_ARGUMENT,
-           std::string("append: ") + what + " dtype " + dtype_name(t->dtype) + " is not f32/f16/bf16");
+    if (!storage_of(t->dtype))
+      fail(SIEVE_ERR_INVALID_ARGUMENT, "append: " + unsupported_dtype_message(what, t->dtype));
     if (t->device.device_type != device.device_type)
       fail(SIEVE_ERR_INVALID_ARGUMENT, std::string("append: ") + what + " is on " + device_name(t->device) +
                                            ", the store is on " + device_name(device));

@@ -113,7 +113,7 @@ void Engine::setup(const ModelWeights& w, runtime::ResolvedChains chains) {
   try {
     session_ = std::make_unique<runtime::Session>(*services_, geometry_, std::move(chains), so);
   } catch (const Error& e) {
-    fail(e.status, std::string("model: ") + e.what());
+    fail(e.status(), std::string("model: ") + e.what());
   }
 }
 

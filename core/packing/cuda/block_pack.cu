@@ -9,6 +9,7 @@
 
 #include "sieve/packing/block_pack_cuda.hpp"
 #include "sieve/packing/keep_rule.hpp"
+#include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::packing {
 namespace {
@@ -16,19 +17,13 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kPer = kBlockPackMaxD / kLanes;  // dimensions per lane
 
-__device__ __forceinline__ float load_elem(const void* base, int32_t dt, int64_t i) {
-  if (dt == 0) return static_cast<const float*>(base)[i];
-  if (dt == 1) return __half2float(static_cast<const __half*>(base)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-}
-
 __device__ __forceinline__ void load_key(const BlockPackLaunch& a, int32_t kvh, int64_t pos,
                                          int lane, float (&x)[kPer]) {
   const int64_t off = a.k_strides.row(a.pages[pos / a.page_size], kvh, pos % a.page_size);
 #pragma unroll
   for (int m = 0; m < kPer; ++m) {
     const int32_t i = lane + kLanes * m;
-    x[m] = i < a.d ? load_elem(a.k_pages, a.kv_dtype, off + i) : 0.f;
+    x[m] = i < a.d ? load_storage(a.k_pages, a.kv_dtype, off + i) : 0.f;
   }
 }
 

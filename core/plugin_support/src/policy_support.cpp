@@ -7,6 +7,7 @@
 #include <new>
 
 #include "sieve/plugin/policy_api.hpp"
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/hook_names.hpp"
 #include "sieve/util/status.hpp"
@@ -15,21 +16,13 @@
 namespace sieve::plugin {
 
 // ---- errors ----------------------------------------------------------------------------------
-const char* status_name(sieve_status status) noexcept {
-  const char* name = known_status_name(status);
-  return name ? name : "SIEVE_ERR_(unknown)";
-}
-
 sieve_status current_exception_status(std::string& message) noexcept {
   try {
     try {
       throw;
-    } catch (const Error& e) {
+    } catch (const Error& e) {  // the plugin's own, or from an internal library (core/selection)
       message = e.what();
       return e.status() == SIEVE_OK ? SIEVE_ERR_INTERNAL : e.status();
-    } catch (const sieve::Error& e) {  // from sieve_util / internal libraries (core/selection)
-      message = e.what();
-      return e.status == SIEVE_OK ? SIEVE_ERR_INTERNAL : e.status;
     } catch (const std::bad_alloc&) {
       message = "out of host memory";
       return SIEVE_ERR_OUT_OF_MEMORY;
@@ -221,13 +214,10 @@ void check_geometry(const sieve_policy_descriptor& d, const sieve_geometry& g, R
     r.invalid("geometry n_q_heads = ", g.n_q_heads, " is not a multiple of n_kv_heads = ",
               g.n_kv_heads);
 
-  uint32_t dtype_bit = 0;
-  if (same_dtype(g.kv_dtype, kF32)) dtype_bit = SIEVE_DTYPE_F32;
-  else if (same_dtype(g.kv_dtype, kF16)) dtype_bit = SIEVE_DTYPE_F16;
-  else if (same_dtype(g.kv_dtype, kBF16)) dtype_bit = SIEVE_DTYPE_BF16;
-  if (!dtype_bit)
+  const uint32_t kv_bit = dtype_bit(g.kv_dtype);
+  if (!kv_bit)
     r.invalid("KV dtype ", dtype_name(g.kv_dtype), " is not a storage dtype (f32, f16, bf16)");
-  else if (!(d.dtypes & dtype_bit))
+  else if (!(d.dtypes & kv_bit))
     r.unsupported("KV dtype ", dtype_name(g.kv_dtype), " is not supported by ", d.name);
 
   uint32_t device_bit = 0;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "sieve/reference/cosine.hpp"
 #include "sieve/reference/statistics.hpp"
 #include "sieve/reference/workload.hpp"
 
@@ -74,16 +75,6 @@ void apply_rope(float* x, int32_t d, int32_t pos, double base) {
     x[i] = float(x0 * c - x1 * s);
     x[i + h] = float(x0 * s + x1 * c);
   }
-}
-
-double cosine(const float* a, const float* b, int32_t d) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int32_t i = 0; i < d; ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
 }
 
 }  // namespace

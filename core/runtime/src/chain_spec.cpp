@@ -9,7 +9,10 @@
 #include <map>
 #include <set>
 
+#include "sieve/runtime/descriptor_names.hpp"
 #include "sieve/runtime/policy_hooks.hpp"
+#include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/status.hpp"
 
 namespace sieve::runtime {
 
@@ -38,14 +41,6 @@ bool device_supported(uint32_t devices, DLDevice d) {
   if (d.device_type == kDLCPU) return devices & SIEVE_DEVICE_CPU;
   if (d.device_type == kDLCUDA) return devices & SIEVE_DEVICE_CUDA;
   return false;
-}
-
-uint32_t dtype_bit(DLDataType t) {
-  if (t.lanes != 1) return 0;
-  if (t.code == kDLFloat && t.bits == 32) return SIEVE_DTYPE_F32;
-  if (t.code == kDLFloat && t.bits == 16) return SIEVE_DTYPE_F16;
-  if (t.code == kDLBfloat && t.bits == 16) return SIEVE_DTYPE_BF16;
-  return 0;
 }
 
 std::string geometry_device_name(DLDevice d) {

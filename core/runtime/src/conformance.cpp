@@ -5,11 +5,6 @@
 
 namespace sieve::runtime {
 
-// conformance_numeric.cpp defines this in the same library; in a build without it, the
-// weak reference stays NULL and conform() reports the numeric part as not available.
-[[gnu::weak]] void conform_numeric(const LoadedPlugin& plugin, ConformReport* report,
-                                   const ConformOptions& options);
-
 bool ConformReport::passed() const {
   if (checks.empty()) return false;
   for (const auto& c : checks)
@@ -35,10 +30,6 @@ ConformReport conform(const std::string& path, const ConformOptions& options) {
   ConformReport report = conform_static(path, options);
   if (!static_gate_passed(report)) {
     report.skip("numeric", "not run: the static checks it relies on failed");
-    return report;
-  }
-  if (!conform_numeric) {
-    report.skip("numeric", "not run: this runtime was built without the numeric conformance part");
     return report;
   }
   run_isolated(

@@ -12,7 +12,9 @@
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/params.hpp"
 #include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "sieve/workload/synthetic.hpp"
+#include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime {
@@ -179,9 +181,7 @@ void numeric_checks(const LoadedPlugin& plugin, const Registry& registry, DLDevi
   std::string worst_cfg;
   int runs = 0;
   for (const Config& c : cfgs) {
-    if (!(desc.dtypes & (same_dtype(c.dtype, kF32) ? SIEVE_DTYPE_F32 : same_dtype(c.dtype, kBF16) ? SIEVE_DTYPE_BF16
-                                                                                               : SIEVE_DTYPE_F16)))
-      continue;
+    if (!(desc.dtypes & dtype_bit(c.dtype))) continue;
     SyntheticReport r;
     if (!run_synthetic(synthetic_spec(c, phase, device, options, 1234 + uint64_t(runs)), chain, registry, &r, &error)) {
       report->fail(name, config_name(c) + ": " + error);

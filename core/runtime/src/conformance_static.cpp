@@ -6,16 +6,15 @@
 #include "conformance_isolation.hpp"
 #include "conformance_mock_host.hpp"
 #include "sieve/runtime/conformance.hpp"
+#include "sieve/runtime/descriptor_names.hpp"
 #include "sieve/runtime/params.hpp"
 #include "sieve/util/abi_v1_0.hpp"
+#include "sieve/util/dtype_dispatch.hpp"
+#include "sieve/util/status.hpp"
 
 namespace sieve::runtime {
 
 namespace {
-
-uint32_t dtype_bit(DLDataType t) {
-  return t.code == kDLBfloat ? SIEVE_DTYPE_BF16 : t.bits == 16 ? SIEVE_DTYPE_F16 : SIEVE_DTYPE_F32;
-}
 
 std::string geometry_text(const sieve_geometry& g) {
   const uint32_t bit = dtype_bit(g.kv_dtype);

@@ -7,6 +7,8 @@
 #include "conformance_isolation.hpp"
 #include "conformance_store_driver.hpp"
 #include "sieve/runtime/conformance.hpp"
+#include "sieve/runtime/descriptor_names.hpp"
+#include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "conformance_isolation.hpp"
+#include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime::store_conform {

@@ -78,7 +78,7 @@ sieve_status guarded(std::string* error, F&& body) {
     return body();
   } catch (const Error& e) {
     if (error) *error = e.what();
-    return e.status;
+    return e.status();
   } catch (const std::bad_alloc&) {
     if (error) *error = "out of host memory";
     return SIEVE_ERR_OUT_OF_MEMORY;

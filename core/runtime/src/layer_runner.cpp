@@ -7,6 +7,7 @@
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/runtime/policy_hooks.hpp"
 #include "sieve/util/error.hpp"
+#include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime {
@@ -286,7 +287,7 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     timers_.lap("host_us.correct", step.L, mark);
     return SIEVE_OK;
   } catch (const Error& e) {
-    return failed(e.status, e.what());
+    return failed(e.status(), e.what());
   } catch (const std::exception& e) {
     return failed(SIEVE_ERR_INTERNAL, std::string("runtime: ") + e.what());
   }
@@ -543,7 +544,7 @@ sieve_status LayerRunner::append_only(const LayerInputs& in, std::string* error)
     return failed(st, "KV store '" + std::string(kv_api_->name) + "', layer " + std::to_string(L) + ": " +
                           status_text(st) + ": " + kv_api_->last_error(kv_));
   } catch (const Error& e) {
-    return failed(e.status, e.what());
+    return failed(e.status(), e.what());
   } catch (const std::exception& e) {
     return failed(SIEVE_ERR_INTERNAL, std::string("runtime: ") + e.what());
   }

@@ -7,6 +7,7 @@
 
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/util/error.hpp"
+#include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime {

@@ -16,33 +16,13 @@
 
 #include "sieve/selection/page_bound.hpp"
 #include "sieve/selection/page_bound_cuda.hpp"
+#include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::selection {
 namespace {
 
 constexpr int kAppendThreads = 256;
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-__device__ __forceinline__ float load_any(const void* p, Storage t, int64_t i) {
-  switch (t) {
-    case Storage::f16: return __half2float(static_cast<const __half*>(p)[i]);
-    case Storage::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
 
 template <class T>
 __global__ void __launch_bounds__(kAppendThreads) minmax_append(MinMaxAppendLaunch a) {
@@ -198,7 +178,7 @@ __global__ void __launch_bounds__(kBoundThreads, 2) page_bounds_fast(PageBoundLa
   for (int g = 0; g < G; ++g) {
 #pragma unroll
     for (int i = 0; i < kBoundChunk; ++i)
-      qr[g][i] = has ? load_any(a.q, a.q_dtype, (q_row * a.n_q_heads + kh * G + g) * d + p * kBoundChunk + i) : 0.f;
+      qr[g][i] = has ? load_storage(a.q, a.q_dtype, (q_row * a.n_q_heads + kh * G + g) * d + p * kBoundChunk + i) : 0.f;
 #pragma unroll
     for (int w = 0; w < kBoundChunk / 2; ++w) sel[g][w] = sign_selector(qr[g][2 * w], qr[g][2 * w + 1]);
   }
@@ -274,7 +254,7 @@ __global__ void __launch_bounds__(kBoundThreads) page_bounds_general(PageBoundLa
       float acc = 0.f;
       for (int32_t chunk = p; chunk * kBoundChunk < d; chunk += kBoundPartials)
         for (int32_t c = chunk * kBoundChunk; c < d && c < (chunk + 1) * kBoundChunk; ++c)
-          acc = bound_step(acc, load_any(a.q, a.q_dtype, qbase + c), to_f32(mm[c]), to_f32(mm[d + c]));
+          acc = bound_step(acc, load_storage(a.q, a.q_dtype, qbase + c), to_f32(mm[c]), to_f32(mm[d + c]));
       acc = half_warp_sum(acc, mask);
       if (a.group_max) best = group_max_step(best, acc, g == 0);
       else if (p == 0) write_bound(a, item, h, acc);
@@ -294,12 +274,9 @@ const char* launch_minmax_append(const MinMaxAppendLaunch& a) noexcept {
   if (a.batch <= 0 || a.max_pages_touched <= 0) return nullptr;
   const dim3 grid(unsigned(a.max_pages_touched), unsigned(a.batch));
   auto stream = static_cast<cudaStream_t>(a.stream);
-  switch (a.kv_dtype) {
-    case Storage::f32: minmax_append<float><<<grid, kAppendThreads, 0, stream>>>(a); break;
-    case Storage::f16: minmax_append<__half><<<grid, kAppendThreads, 0, stream>>>(a); break;
-    case Storage::bf16: minmax_append<__nv_bfloat16><<<grid, kAppendThreads, 0, stream>>>(a); break;
-    default: return "min/max append: unsupported KV dtype";
-  }
+  dispatch_cuda_storage(a.kv_dtype, [&](auto t) {
+    minmax_append<typename decltype(t)::type><<<grid, kAppendThreads, 0, stream>>>(a);
+  });
   return last_launch_error();
 }
 
@@ -321,35 +298,25 @@ const char* launch_page_bounds(const PageBoundLaunch& a) noexcept {
   if (x > INT32_MAX || z > 65535 || a.batch > 65535) return "page bounds: grid too large";
   const dim3 grid(unsigned(x), unsigned(a.batch), unsigned(z));
   auto stream = static_cast<cudaStream_t>(a.stream);
-  const size_t eb = a.kv_dtype == Storage::f32 ? 4 : 2;
+  const size_t eb = size_t(storage_bytes(a.kv_dtype));
   const bool fast = a.head_dim > 0 && a.head_dim <= kBoundChunk * kBoundPartials &&
                     a.head_dim % kBoundChunk == 0 &&
                     reinterpret_cast<uintptr_t>(a.sidecar) % 16 == 0 &&
                     (size_t(a.head_dim) * eb) % 16 == 0 && (G == 1 || G == 2 || G == 4 || G == 7 || G == 8);
-#define SIEVE_BOUNDS_FAST(T)                                                                  \
-  switch (G) {                                                                                \
-    case 1: page_bounds_fast<T, 1><<<grid, kBoundThreads, 0, stream>>>(a, t); break;          \
-    case 2: page_bounds_fast<T, 2><<<grid, kBoundThreads, 0, stream>>>(a, t); break;          \
-    case 4: page_bounds_fast<T, 4><<<grid, kBoundThreads, 0, stream>>>(a, t); break;          \
-    case 7: page_bounds_fast<T, 7><<<grid, kBoundThreads, 0, stream>>>(a, t); break;          \
-    default: page_bounds_fast<T, 8><<<grid, kBoundThreads, 0, stream>>>(a, t); break;         \
-  }
-  switch (a.kv_dtype) {
-    case Storage::f32:
-      if (fast) { SIEVE_BOUNDS_FAST(float) }
-      else page_bounds_general<float><<<grid, kBoundThreads, 0, stream>>>(a, t);
-      break;
-    case Storage::f16:
-      if (fast) { SIEVE_BOUNDS_FAST(__half) }
-      else page_bounds_general<__half><<<grid, kBoundThreads, 0, stream>>>(a, t);
-      break;
-    case Storage::bf16:
-      if (fast) { SIEVE_BOUNDS_FAST(__nv_bfloat16) }
-      else page_bounds_general<__nv_bfloat16><<<grid, kBoundThreads, 0, stream>>>(a, t);
-      break;
-    default: return "page bounds: unsupported KV dtype";
-  }
-#undef SIEVE_BOUNDS_FAST
+  dispatch_cuda_storage(a.kv_dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (!fast) {
+      page_bounds_general<T><<<grid, kBoundThreads, 0, stream>>>(a, t);
+      return;
+    }
+    switch (G) {
+      case 1: page_bounds_fast<T, 1><<<grid, kBoundThreads, 0, stream>>>(a, t); break;
+      case 2: page_bounds_fast<T, 2><<<grid, kBoundThreads, 0, stream>>>(a, t); break;
+      case 4: page_bounds_fast<T, 4><<<grid, kBoundThreads, 0, stream>>>(a, t); break;
+      case 7: page_bounds_fast<T, 7><<<grid, kBoundThreads, 0, stream>>>(a, t); break;
+      default: page_bounds_fast<T, 8><<<grid, kBoundThreads, 0, stream>>>(a, t); break;
+    }
+  });
   return last_launch_error();
 }
 

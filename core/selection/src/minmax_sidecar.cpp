@@ -108,9 +108,10 @@ bool MinMaxSidecar::on_append(const sieve_layer_call& call, void* stream) {
     const std::string bad_strides = page_strides(view.k_pages, "on_append: kv.k_pages", &a.k_strides);
     require(bad_strides.empty(), SIEVE_ERR_INVALID_ARGUMENT, bad_strides);
     a.sidecar = data_ptr<void>(side);
-    a.kv_dtype = storage_of(view.k_pages.dtype);
-    require(a.kv_dtype != Storage::invalid && same_dtype(view.k_pages.dtype, side.dtype),
-            SIEVE_ERR_INVALID_ARGUMENT, "on_append: unsupported KV dtype " + dtype_name(view.k_pages.dtype));
+    a.kv_dtype = require_storage(view.k_pages.dtype, "on_append: the key pages");
+    require(same_dtype(view.k_pages.dtype, side.dtype), SIEVE_ERR_INVALID_ARGUMENT,
+            "on_append: the sidecar's dtype " + dtype_name(side.dtype) + " is not the key pages' " +
+                dtype_name(view.k_pages.dtype));
     a.n_kv_heads = int32_t(view.k_pages.shape[1]);
     a.page_size = ps;
     a.head_dim = int32_t(view.k_pages.shape[3]);

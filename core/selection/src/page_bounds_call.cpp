@@ -19,8 +19,8 @@ void launch_page_bounds_for_call(const sieve_layer_call& call, const DLTensor& s
           "the decode call has no q, qo_indptr or view");
   const DLTensor& q = *call.q;
   PageBoundLaunch b{};
-  b.q_dtype = storage_of(q.dtype);
-  require(b.q_dtype != Storage::invalid && q.ndim == 3 && q.shape[1] == g.n_q_heads &&
+  b.q_dtype = require_storage(q.dtype, "q");
+  require(q.ndim == 3 && q.shape[1] == g.n_q_heads &&
               q.shape[2] == g.head_dim && is_contiguous(q) && q.device.device_type == kDLCUDA &&
               call.qo_indptr->device.device_type == kDLCUDA,
           SIEVE_ERR_INVALID_ARGUMENT,
@@ -31,7 +31,7 @@ void launch_page_bounds_for_call(const sieve_layer_call& call, const DLTensor& s
   b.qo_indptr = data_ptr<const int32_t>(*call.qo_indptr);
   b.n_q_heads = g.n_q_heads;
   b.sidecar = data_ptr<const void>(sidecar);
-  b.kv_dtype = storage_of(sidecar.dtype);
+  b.kv_dtype = require_storage(sidecar.dtype, "the page-bound sidecar");
   b.n_kv_heads = g.n_kv_heads;
   b.head_dim = g.head_dim;
   b.kv_indptr = data_ptr<const int32_t>(view.indptr);

@@ -36,7 +36,7 @@
 #include "sieve/cli/prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/model/engine.hpp"
-#include "sieve/model/fidelity_eval.hpp"
+#include "sieve/model/model_chain.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/selection/top_k.hpp"

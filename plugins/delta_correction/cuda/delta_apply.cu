@@ -10,23 +10,13 @@
 
 #include "cuda/delta_apply.hpp"
 #include "correction_rows.hpp"
+#include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::delta_correction {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 8192;
-
-__device__ __forceinline__ float load(const void* p, int32_t dt, int64_t i) {
-  if (dt == kBF16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  if (dt == kF16) return __half2float(static_cast<const __half*>(p)[i]);
-  return static_cast<const float*>(p)[i];
-}
-__device__ __forceinline__ void store(void* p, int32_t dt, int64_t i, float v) {
-  if (dt == kBF16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
-  else if (dt == kF16) static_cast<__half*>(p)[i] = __float2half(v);
-  else static_cast<float*>(p)[i] = v;
-}
 
 // One block walks the sequences in order (batches are small) and writes each one's rows in
 // parallel; the bounds keep a device qo_indptr that disagrees with the host mirror in range.
@@ -58,7 +48,7 @@ __global__ void __launch_bounds__(kThreads) anchor_kernel(ApplyLaunch a, bool de
     const int64_t src = int64_t(a.anchor_tokens[k]) * a.row_elems;
     float* dst = a.saved + k * a.row_elems;
     for (int64_t e = threadIdx.x; e < a.row_elems; e += kThreads) {
-      const float o = load(a.out, a.out_dtype, src + e);
+      const float o = load_storage(a.out, a.out_dtype, src + e);
       dst[e] = delta ? o - dst[e] : o;
     }
   }
@@ -86,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) update_kernel(ApplyLaunch a) {
     const int64_t base = tok * a.row_elems;
     for (int64_t e = threadIdx.x; e < a.row_elems; e += kThreads) {
       const float delta = (1.f - w) * d0[e] + w * d1[e];
-      store(a.out, a.out_dtype, base + e, load(a.out, a.out_dtype, base + e) + delta);
+      store_storage(a.out, a.out_dtype, base + e, load_storage(a.out, a.out_dtype, base + e) + delta);
     }
   }
 }
@@ -201,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) tiled_gather_kernel(TiledLaunch t) {
     void* dst = anchor ? t.q_anchor : t.q_tail;
     const int64_t at = (anchor ? i : i - a.n_anchors) * a.row_elems;
     for (int64_t e = threadIdx.x; e < a.row_elems; e += kThreads)
-      if (t.q_dtype == kF32) static_cast<float*>(dst)[at + e] = static_cast<const float*>(t.q)[src + e];
+      if (t.q_dtype == Storage::f32) static_cast<float*>(dst)[at + e] = static_cast<const float*>(t.q)[src + e];
       else static_cast<uint16_t*>(dst)[at + e] = static_cast<const uint16_t*>(t.q)[src + e];
   }
 }
@@ -219,11 +209,11 @@ __global__ void __launch_bounds__(kThreads) tiled_merge_kernel(TiledLaunch t) {
       float o = 0.f;
       if (mx != -INFINITY) {
         const float wb = lb == -INFINITY ? 0.f : __expf(lb - mx), wn = ln == -INFINITY ? 0.f : __expf(ln - mx);
-        const float on = load(a.out, a.out_dtype, tok * a.row_elems + e);
+        const float on = load_storage(a.out, a.out_dtype, tok * a.row_elems + e);
         o = (wb * t.out_bulk[k * a.row_elems + e] + wn * on) / (wb + wn);
       }
       if (t.delta) a.saved[k * a.row_elems + e] = o - a.saved[k * a.row_elems + e];
-      store(a.out, a.out_dtype, tok * a.row_elems + e, o);
+      store_storage(a.out, a.out_dtype, tok * a.row_elems + e, o);
     }
   }
 }
@@ -233,7 +223,7 @@ __global__ void __launch_bounds__(kThreads) tiled_scatter_tail_kernel(TiledLaunc
   for (int64_t i = blockIdx.x; i < t.n_tail; i += gridDim.x) {
     const int64_t dst = int64_t(t.tail_tokens[i]) * a.row_elems, src = i * a.row_elems;
     for (int64_t e = threadIdx.x; e < a.row_elems; e += kThreads)
-      store(a.out, a.out_dtype, dst + e, load(t.out_tail, a.out_dtype, src + e));
+      store_storage(a.out, a.out_dtype, dst + e, load_storage(t.out_tail, a.out_dtype, src + e));
   }
 }
 

@@ -4,9 +4,9 @@
 #pragma once
 #include <cstdint>
 
-namespace sieve::delta_correction {
+#include "sieve/util/dtype_dispatch.hpp"
 
-enum OutDtype : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+namespace sieve::delta_correction {
 
 struct ApplyLaunch {
   const int32_t* qo_indptr;  // device int32 [batch + 1]
@@ -17,7 +17,7 @@ struct ApplyLaunch {
   bool interpolate;
   int64_t row_elems;         // n_q_heads * head_dim
   void* out;                 // [n_tokens, row_elems] in out_dtype
-  int32_t out_dtype;         // OutDtype
+  Storage out_dtype;
   int32_t* q_rows;           // device int32 [n_dense]: written by launch_rows
   int64_t n_dense;           // as the host computed it from its mirror
   int32_t* anchor_tokens;    // device int32 [n_anchors]: written by launch_rows
@@ -74,7 +74,7 @@ struct TiledLaunch {
   int64_t near_capacity;
   int32_t* row_bases;          // device int32 [2 (batch + 1)]: first bulk row, first near row
   const void* q;               // [n_tokens, row_elems] in q_dtype
-  int32_t q_dtype;             // OutDtype codes
+  Storage q_dtype;
   void* q_anchor;              // [n_anchors, row_elems] in q_dtype
   void* q_tail;                // [n_tail, row_elems] in q_dtype
   const float* out_bulk;       // f32 [n_anchors, row_elems]

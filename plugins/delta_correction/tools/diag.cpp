@@ -39,8 +39,9 @@
 #include "sieve/cli/probe_copy.hpp"
 #include "sieve/cli/prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
-#include "sieve/model/fidelity_eval.hpp"
+#include "sieve/model/model_chain.hpp"
 #include "sieve/reference/attention_ref.hpp"
+#include "sieve/reference/cosine.hpp"
 #include "sieve/reference/long_context.hpp"
 #include "sieve/reference/statistics.hpp"
 #include "sieve/runtime/host_copy.hpp"
@@ -59,12 +60,6 @@ namespace {
 using reference::spearman;
 using reference::Summary;
 using reference::summarize;
-
-double cosine(const float* a, const float* b, int32_t d) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int32_t i = 0; i < d; ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
-  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
-}
 
 // What one run leaves for one layer: the compared rows' outputs [rows, hq, d] and attention rows.
 struct LayerRows {
@@ -121,7 +116,7 @@ void compare(const LayerRows& dense, const LayerRows& run, int32_t hd, Summary* 
   std::vector<double> c, s;
   const size_t rows = dense.probs.size();
   for (size_t r = 0; r < rows; ++r) {
-    c.push_back(cosine(run.out.data() + r * size_t(hd), dense.out.data() + r * size_t(hd), hd));
+    c.push_back(reference::cosine(run.out.data() + r * size_t(hd), dense.out.data() + r * size_t(hd), hd));
     if (spear && r < run.probs.size() && !run.probs[r].empty()) s.push_back(spearman(run.probs[r], dense.probs[r]));
   }
   *cos = summarize(c);

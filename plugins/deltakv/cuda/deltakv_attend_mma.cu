@@ -52,11 +52,11 @@ __device__ inline int32_t kv_len_of(const CudaLaunch& a, int32_t b) {
 }
 template <class T>
 __device__ inline void store_out(const CudaLaunch& a, int64_t i, float x, float y) {
-  if (a.out_dt == dtype_code_of<T>()) {
+  if (a.out_dt == storage_of_type<T>()) {
     *reinterpret_cast<uint32_t*>(static_cast<T*>(a.out) + i) = pack2<T>(x, y);
   } else {
-    kc::store_elem(a.out, a.out_dt, i, x);
-    kc::store_elem(a.out, a.out_dt, i + 1, y);
+    store_storage(a.out, a.out_dt, i, x);
+    store_storage(a.out, a.out_dt, i + 1, y);
   }
 }
 
@@ -296,7 +296,7 @@ bool mma_attend_applies(const CudaLaunch& a) {
   // elements: base aligned, strides multiples of 8); a pool that does not takes the FMA kernel.
   const bool rows_aligned = (reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) % 16 == 0 &&
                             (a.kv_strides.page | a.kv_strides.head | a.kv_strides.token) % 8 == 0;
-  return (a.kv_dt == kCudaF16 || a.kv_dt == kCudaBF16) && a.q_dt == a.kv_dt && (a.d == 64 || a.d == 128) &&
+  return a.kv_dt != Storage::f32 && a.q_dt == a.kv_dt && (a.d == 64 || a.d == 128) &&
          a.attend.phase2 != kPhase2Off && rows_aligned;
 }
 
@@ -311,7 +311,7 @@ cudaError_t launch_attend_mma(const CudaLaunch& a) {
   const int32_t tile_tokens = kRows / hg;
   const dim3 grid(unsigned((a.max_new + tile_tokens - 1) / tile_tokens), unsigned(a.hkv * (group / hg)),
                   unsigned(a.batch));
-  const bool bf16 = a.kv_dt == kCudaBF16;
+  const bool bf16 = a.kv_dt == Storage::bf16;
   if (a.d == 64)
     return bf16 ? launch_d<__nv_bfloat16, 64>(a, hg, tile_tokens, grid) : launch_d<__half, 64>(a, hg, tile_tokens, grid);
   return bf16 ? launch_d<__nv_bfloat16, 128>(a, hg, tile_tokens, grid) : launch_d<__half, 128>(a, hg, tile_tokens, grid);

@@ -23,6 +23,7 @@
 
 #include "cuda/deltakv_cuda.hpp"
 #include "cuda/deltakv_mma.hpp"
+#include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::deltakv {
 namespace {
@@ -35,17 +36,6 @@ constexpr int kRowsPerCta = 32;  // query tokens per attention CTA
 constexpr int kTile = 32;        // keys per attention tile
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -__builtin_huge_valf();
-
-__device__ inline float load_elem(const void* base, int dt, int64_t i) {
-  if (dt == kCudaF32) return static_cast<const float*>(base)[i];
-  if (dt == kCudaF16) return __half2float(static_cast<const __half*>(base)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-}
-__device__ inline void store_elem(void* base, int dt, int64_t i, float v) {
-  if (dt == kCudaF32) static_cast<float*>(base)[i] = v;
-  else if (dt == kCudaF16) static_cast<__half*>(base)[i] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
-}
 
 __device__ inline int32_t kv_len_of(const CudaLaunch& a, int32_t b) {
   const int32_t pages = a.kv_indptr[b + 1] - a.kv_indptr[b];
@@ -106,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) deltakv_keep(const CudaLaunch a) {
       for (int32_t k = s0; k < s1; ++k) {  // stage keys [s0, s1): each lane its dims
         const int64_t off = key_offset(a, b, kvh, k);
         for (int32_t i = lane; i < d; i += 32)
-          st[k - s0][i] = off >= 0 ? load_elem(a.k, a.kv_dt, off + i) : 0.f;
+          st[k - s0][i] = off >= 0 ? load_storage(a.k, a.kv_dt, off + i) : 0.f;
       }
       __syncwarp();
       for (int32_t k = s0; k < s1; ++k) {
@@ -244,7 +234,7 @@ __global__ void __launch_bounds__(kThreads) deltakv_attend(const CudaLaunch a) {
   const int64_t qrow = (int64_t(q_begin + (valid ? t : 0)) * a.hq + h) * D;
 #pragma unroll
   for (int i = 0; i < DPT; ++i) {
-    q[i] = valid ? load_elem(a.q, a.q_dt, qrow + sub + 4 * i) * qscale : 0.f;
+    q[i] = valid ? load_storage(a.q, a.q_dt, qrow + sub + 4 * i) * qscale : 0.f;
     o[i] = 0.f;
   }
   float m_run = kNegInf, l_run = 0.f;
@@ -258,8 +248,8 @@ __global__ void __launch_bounds__(kThreads) deltakv_attend(const CudaLaunch a) {
 #pragma unroll
     for (int i = 0; i < DPT; ++i) {
       const int dim = sub * DPT + i;
-      sk[r][dim] = off >= 0 ? load_elem(a.k, a.kv_dt, off + dim) : 0.f;
-      sv[r][dim] = off >= 0 ? load_elem(a.v, a.kv_dt, off + dim) : 0.f;
+      sk[r][dim] = off >= 0 ? load_storage(a.k, a.kv_dt, off + dim) : 0.f;
+      sv[r][dim] = off >= 0 ? load_storage(a.v, a.kv_dt, off + dim) : 0.f;
     }
   };
   // One online-softmax step over the tile for this thread's row; s[r] in the log2 domain.
@@ -333,7 +323,7 @@ __global__ void __launch_bounds__(kThreads) deltakv_attend(const CudaLaunch a) {
   if (!valid) return;
   const float inv = l_run > 0.f ? 1.f / l_run : 0.f;
 #pragma unroll
-  for (int i = 0; i < DPT; ++i) store_elem(a.out, a.out_dt, qrow + sub + 4 * i, o[i] * inv);
+  for (int i = 0; i < DPT; ++i) store_storage(a.out, a.out_dt, qrow + sub + 4 * i, o[i] * inv);
 }
 
 const char* last_launch_error() {

@@ -4,11 +4,10 @@
 #include <cstdint>
 
 #include "deltakv_math.hpp"
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/page_layout.hpp"
 
 namespace sieve::deltakv {
-
-enum CudaDType : int { kCudaF32 = 0, kCudaF16 = 1, kCudaBF16 = 2 };
 
 struct CudaAttendRule {
   int32_t q_block;
@@ -28,11 +27,11 @@ struct CudaLaunch {
   const void* v;
   PageStrides kv_strides;        // their layout (view_page_strides: K and V share it)
   int64_t page_capacity;
-  int kv_dt;
+  Storage kv_dt;
   const void* q;                 // [n_q_tokens, hq, d]
-  int q_dt;
+  Storage q_dt;
   void* out;
-  int out_dt;
+  Storage out_dt;
   int32_t batch, hq, hkv, d, page_size, max_seq_len, layer;
   int32_t max_kv_len;  // host mirrors: grid sizes
   int32_t max_new;

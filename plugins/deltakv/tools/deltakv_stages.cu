@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
     a.v = dv;
     a.kv_strides = sieve::compact_hnd_strides(hkv, P, d);
     a.page_capacity = pages;
-    a.kv_dt = a.q_dt = a.out_dt = bf16 ? dk::kCudaBF16 : dk::kCudaF16;
+    a.kv_dt = a.q_dt = a.out_dt = bf16 ? sieve::Storage::bf16 : sieve::Storage::f16;
     a.q = dq;
     a.out = dout;
     a.batch = 1;

@@ -16,6 +16,7 @@
 
 #include "math/dpxa_tiles.hpp"
 #include "cuda/deltax_attend.hpp"
+#include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::dpxa {
 namespace {
@@ -23,17 +24,6 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kRows = kThreads / 4;  // query rows per CTA
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ float load_elem(const void* base, int32_t dt, int64_t i) {
-  if (dt == 0) return static_cast<const float*>(base)[i];
-  if (dt == 1) return __half2float(static_cast<const __half*>(base)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-}
-__device__ __forceinline__ void store_elem(void* base, int32_t dt, int64_t i, float v) {
-  if (dt == 0) static_cast<float*>(base)[i] = v;
-  else if (dt == 1) static_cast<__half*>(base)[i] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
-}
 
 // DCAP >= d (dimension capacity, zero-padded), TILE keys per shared-memory stage.
 template <int DCAP, int TILE>
@@ -62,7 +52,7 @@ __global__ void __launch_bounds__(kThreads) deltax_attend_kernel(const DeltaxLau
 #pragma unroll
   for (int x = 0; x < DPT; ++x) {
     const int dim = sub + 4 * x;
-    q[x] = dim < a.d ? load_elem(a.q, a.q_dtype, qrow + dim) * qscale : 0.f;
+    q[x] = dim < a.d ? load_storage(a.q, a.q_dtype, qrow + dim) * qscale : 0.f;
     o[x] = 0.f;
   }
   float m_run = -INFINITY, l_run = 0.f;
@@ -101,8 +91,8 @@ __global__ void __launch_bounds__(kThreads) deltax_attend_kernel(const DeltaxLau
         float kx = 0.f, vx = 0.f;
         if (p >= 0 && dim < a.d) {
           const int64_t off = a.kv_strides.row(a.pages[p / a.page_size], kvh, p % a.page_size) + dim;
-          kx = load_elem(a.k_pages, a.kv_dtype, off);
-          vx = load_elem(a.v_pages, a.kv_dtype, off);
+          kx = load_storage(a.k_pages, a.kv_dtype, off);
+          vx = load_storage(a.v_pages, a.kv_dtype, off);
         }
         sk[r][dim] = kx;
         sv[r][dim] = vx;
@@ -144,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) deltax_attend_kernel(const DeltaxLau
 #pragma unroll
   for (int x = 0; x < DPT; ++x) {
     const int dim = sub + 4 * x;
-    if (dim < a.d) store_elem(a.out, a.out_dtype, qrow + dim, o[x] * inv);
+    if (dim < a.d) store_storage(a.out, a.out_dtype, qrow + dim, o[x] * inv);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda/dpxa_select.hpp"
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/page_layout.hpp"
 
 namespace sieve::dpxa {
@@ -14,16 +15,16 @@ struct DeltaxLaunch {
   bool rows_per_kv_head;
   float scale;                // 1/sqrt(d)
   const void* q;              // call.q [n_q_tokens, hq, d]
-  int32_t q_dtype;            // 0 f32, 1 f16, 2 bf16 (also kv_dtype, out_dtype)
+  Storage q_dtype;
   int64_t q_token0;           // this sequence's first row of q / out
   int64_t n_new, kv_len;
   const void* k_pages;        // [capacity, hkv, page_size, d] (data_ptr of the view's pages)
   const void* v_pages;
   PageStrides kv_strides;     // the layout of both (view_page_strides: K and V share it)
-  int32_t kv_dtype;
+  Storage kv_dtype;
   const int32_t* pages;       // device: this sequence's physical page ids
   void* out;                  // [n_q_tokens, hq, d]
-  int32_t out_dtype;
+  Storage out_dtype;
   int32_t QB, KB;             // query blocks, key blocks of the sequence
   int64_t sel_row0;           // selection row of (query block 0, head row 0)
   const int32_t* sel_indptr;  // the selection (device CSR)

@@ -46,7 +46,7 @@ void DeltaXAttention::attend_cuda(const sieve_layer_call& call, const sieve_sele
                       (!pages && !sieve::is_contiguous(*t))))
       e = std::string(what) + (pages ? " must be on " : " must be a contiguous tensor on ") + sieve::device_name(dev);
     if (!e.empty()) sp::fail(SIEVE_ERR_INVALID_ARGUMENT, e);
-    return dtype_code(t->dtype, what);
+    return sieve::require_storage(t->dtype, what);
   };
   const int32_t d = g.head_dim;
   DeltaxLaunch a{};

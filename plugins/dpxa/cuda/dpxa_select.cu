@@ -32,6 +32,7 @@
 #include "cuda/select_device.cuh"
 #include "cuda/tile_scores_mma.cuh"
 #include "math/dpxa_tiles.hpp"
+#include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::dpxa {
 namespace {
@@ -57,14 +58,14 @@ __device__ void dot2(const T* x, const T* y, int32_t d, float& xx, float& xy) {
       const T* ye = reinterpret_cast<const T*>(&yv);
 #pragma unroll
       for (int32_t e = 0; e < kPer; ++e) {
-        const float xf = to_float(xe[e]), yf = to_float(ye[e]);
+        const float xf = to_f32(xe[e]), yf = to_f32(ye[e]);
         sxx = fadd(sxx, fmul(xf, xf));
         sxy = fadd(sxy, fmul(xf, yf));
       }
     }
   } else {
     for (int32_t c = 0; c < d; ++c) {
-      const float xf = to_float(x[c]), yf = to_float(y[c]);
+      const float xf = to_f32(x[c]), yf = to_f32(y[c]);
       sxx = fadd(sxx, fmul(xf, xf));
       sxy = fadd(sxy, fmul(xf, yf));
     }
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(const SequenceLaunch a
   const int64_t q_first = int64_t(t) * a.B;
   const int32_t nq = int32_t(::min(int64_t(a.B), a.n_new - q_first));
   for (int32_t e = threadIdx.x; e < nq * a.d; e += blockDim.x)
-    qs[e] = to_float(query_row_t<TQ>(a, h, q_first + e / a.d)[e % a.d]);
+    qs[e] = to_f32(query_row_t<TQ>(a, h, q_first + e / a.d)[e % a.d]);
   __syncthreads();
   const int64_t base = int64_t(h) * a.tiles_per_head + row_prefix(a, t);
   const int64_t qa_row = int64_t(h) * a.QB + t;
@@ -140,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(const SequenceLaunch a
     auto qrow = [&](int32_t i) { return qs + i * a.d; };
     auto krow = [&](int32_t i) -> const float* {
       const TK* src = key_row_t<TK>(a, g, k_first + i);
-      for (int32_t x = 0; x < a.d; ++x) kbuf[x] = to_float(src[x]);
+      for (int32_t x = 0; x < a.d; ++x) kbuf[x] = to_f32(src[x]);
       return kbuf;
     };
     const TileGeometry geo{r.first, k_first, nq, nk, a.d};
@@ -398,21 +399,11 @@ const char* launch_empty(const SequenceLaunch& a) noexcept {
 const char* launch_sequence(const SequenceLaunch& a) noexcept {
   if (a.QB <= 0) return nullptr;
   if (a.d > kMaxD || (a.B + a.S - 1) / a.S > kMaxGroups) return "head_dim or B / S too large";
-  auto by_kv = [&](auto q_type) -> const char* {
-    using TQ = decltype(q_type);
-    switch (a.kv_dtype) {
-      case 0: return launch_typed<TQ, float>(a);
-      case 1: return launch_typed<TQ, __half>(a);
-      case 2: return launch_typed<TQ, __nv_bfloat16>(a);
-    }
-    return "unsupported K/V dtype";
-  };
-  switch (a.q_dtype) {
-    case 0: return by_kv(float{});
-    case 1: return by_kv(__half{});
-    case 2: return by_kv(__nv_bfloat16{});
-  }
-  return "unsupported query dtype";
+  return dispatch_cuda_storage(a.q_dtype, [&](auto q) {
+    return dispatch_cuda_storage(a.kv_dtype, [&](auto k) {
+      return launch_typed<typename decltype(q)::type, typename decltype(k)::type>(a);
+    });
+  });
 }
 
 }  // namespace sieve::dpxa

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/page_layout.hpp"
 
 namespace sieve::dpxa {
@@ -19,8 +20,8 @@ struct SequenceLaunch {
   float tau[kCudaMaxQHeads];  // per q head, for this layer
   // The sequence.
   const void* q;          // call.q [n_q_tokens, hq, d]
-  int32_t q_dtype;        // 0 f32, 1 f16, 2 bf16
-  int32_t kv_dtype;       // same codes
+  Storage q_dtype;
+  Storage kv_dtype;
   int64_t q_token0;       // this sequence's first row of q
   int64_t n_new, kv_len;
   const void* k_pages;    // [capacity, hkv, page_size, d] (data_ptr of the view's k_pages)

@@ -3,8 +3,6 @@
 // query block, the kept flag of a selection row, and the CTA-wide bitonic sort the greedy cover
 // and the ranking both use. Included by .cu files only.
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -15,10 +13,6 @@ namespace sieve::dpxa {
 namespace {
 
 constexpr int kGreedyThreads = 256;  // CTA width of the per-row kernels (greedy, offsets, exact)
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 template <class T>
 __device__ const T* key_row_t(const SequenceLaunch& a, int32_t kvh, int64_t pos) {

@@ -55,8 +55,8 @@ void CudaSelect::run(const sieve_geometry& g, const SelectConfig& c, const sieve
   a.rows_per_kv_head = c.per_kv_head;
   for (int32_t h = 0; h < g.n_q_heads; ++h) a.tau[h] = c.thresholds->at(call.layer, h, c.tau);
   a.q = sieve::data_ptr<const void>(*call.q);
-  a.q_dtype = dtype_code(call.q->dtype, "q");
-  a.kv_dtype = dtype_code(view.k_pages.dtype, "k_pages");
+  a.q_dtype = sieve::require_storage(call.q->dtype, "q");
+  a.kv_dtype = sieve::require_storage(view.k_pages.dtype, "k_pages");
   a.k_pages = sieve::data_ptr<const void>(view.k_pages);
   a.k_strides = page_strides_of(view.k_pages, "k_pages");
   a.q_anchors = q_anchors_.get<uint8_t>();

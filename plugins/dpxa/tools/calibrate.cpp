@@ -32,7 +32,7 @@
 #include "sieve/cli/probe_copy.hpp"
 #include "sieve/cli/prompts.hpp"
 #include "sieve/model/engine.hpp"
-#include "sieve/model/fidelity_eval.hpp"
+#include "sieve/model/model_chain.hpp"
 #include "sieve/reference/long_context.hpp"
 #include "sieve/runtime/host_copy.hpp"
 #include "sieve/util/error.hpp"

@@ -5,12 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/page_layout.hpp"
 
 namespace sieve::seer {
-
-// Element types of the DLTensors a kernel reads (q_pre_rope, the pre-RoPE key pages).
-enum class Elem : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
 struct SeerCudaCommon {
   const int32_t* kv_indptr;      // device [batch + 1]: the view's page-table indptr
@@ -29,7 +27,7 @@ struct SeerCudaCommon {
 struct FillCacheLaunch {
   SeerCudaCommon c;
   const void* k_pre;  // device pre-RoPE key pages [cap, hkv, P, d]
-  Elem k_elem;
+  Storage k_elem;
   const float* wk;    // device [hkv, gate_dim, 3d] of this layer
   int32_t max_complete;
 };
@@ -42,7 +40,7 @@ const char* launch_fill_cache(const FillCacheLaunch& a) noexcept;
 struct GateScoresLaunch {
   SeerCudaCommon c;
   const void* q_pre;  // device [batch, n_q_heads, d] (decode: one query per sequence)
-  Elem q_elem;
+  Storage q_elem;
   const float* wq;    // device [hkv, gate_dim, g*d] of this layer
   int32_t* block_indptr;  // device [batch + 1] (written)
   float* scores;          // device [max total blocks, hkv] (written)
@@ -56,7 +54,7 @@ struct GateScoresLaunch {
   bool fold_offsets = false;
   bool catch_up = false;
   const void* k_pre = nullptr;
-  Elem k_elem = Elem::kF32;
+  Storage k_elem = Storage::f32;
   const float* wk = nullptr;
 };
 const char* launch_gate_scores(const GateScoresLaunch& a) noexcept;

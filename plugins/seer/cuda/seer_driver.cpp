@@ -15,13 +15,6 @@ namespace {
 namespace sp = sieve::plugin;
 namespace sel = sieve::selection;
 
-Elem elem_of(DLDataType t, const char* what) {
-  if (sieve::same_dtype(t, sieve::kF32)) return Elem::kF32;
-  if (sieve::same_dtype(t, sieve::kF16)) return Elem::kF16;
-  if (sieve::same_dtype(t, sieve::kBF16)) return Elem::kBF16;
-  sp::fail(SIEVE_ERR_INVALID_ARGUMENT, what, " has dtype ", sieve::dtype_name(t), "; f32, f16 or bf16 expected");
-}
-
 const int32_t* device_ints(const DLTensor& t, const char* what, int64_t n, DLDevice dev) {
   if (!t.data || !sieve::same_dtype(t.dtype, sieve::kI32) || t.ndim != 1 || t.shape[0] < n || !sieve::is_contiguous(t) ||
       t.device.device_type != dev.device_type || t.device.device_id != dev.device_id)
@@ -81,7 +74,7 @@ void SeerCuda::fill_cache(const sieve_layer_call& call, const DLTensor& side, vo
   FillCacheLaunch a{};
   a.c = common(call, side, stream);
   a.k_pre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
-  a.k_elem = elem_of(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
+  a.k_elem = sieve::require_storage(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
   a.c.k_pre_strides = k_pre_strides(view);
   a.wk = wk_.get<const float>() + int64_t(call.layer) * g_.n_kv_heads * shape_.wk_head_elems();
   a.max_complete = 0;
@@ -97,7 +90,7 @@ void SeerCuda::select(const sieve_layer_call& call, const DLTensor& side, const 
   GateScoresLaunch a{};
   a.c = common(call, side, stream);
   a.q_pre = sieve::data_ptr<const void>(q);
-  a.q_elem = elem_of(q.dtype, "q_pre_rope");
+  a.q_elem = sieve::require_storage(q.dtype, "q_pre_rope");
   a.wq = wq_.get<const float>() + int64_t(call.layer) * g_.n_kv_heads * shape_.wq_head_elems();
   a.block_indptr = block_indptr_.get<int32_t>();
   a.scores = scores_.get<float>();
@@ -113,7 +106,7 @@ void SeerCuda::select(const sieve_layer_call& call, const DLTensor& side, const 
     a.fold_offsets = true;
     a.catch_up = true;
     a.k_pre = sieve::data_ptr<const void>(view.k_pre_rope_pages);
-    a.k_elem = elem_of(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
+    a.k_elem = sieve::require_storage(view.k_pre_rope_pages.dtype, "the pre-RoPE key pages");
     a.c.k_pre_strides = k_pre_strides(view);
     a.wk = wk_.get<const float>() + int64_t(call.layer) * g_.n_kv_heads * shape_.wk_head_elems();
   }

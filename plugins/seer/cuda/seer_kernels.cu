@@ -26,6 +26,7 @@
 
 #include "cuda/seer_cuda.hpp"
 #include "gate/gate_math.hpp"
+#include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::seer {
 namespace {
@@ -33,14 +34,6 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kScanThreads = 256;
 constexpr int kMaxZ = 64;
-
-__device__ __forceinline__ float load(const void* p, Elem e, int64_t i) {
-  switch (e) {
-    case Elem::kF16: return __half2float(static_cast<const __half*>(p)[i]);
-    case Elem::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
 
 struct MaxOp {  // (cub::Max is gone from recent CCCL)
   __device__ __forceinline__ double operator()(double a, double b) const { return a > b ? a : b; }
@@ -53,7 +46,7 @@ __device__ __forceinline__ int64_t kv_len_of(const SeerCudaCommon& c, int32_t b)
 
 // Pools block j of (sequence, KV head h) and writes its cache entry, then its flag. Called by
 // every thread of the CTA (it synchronises); pooled [3d] and out [gate_dim] are shared memory.
-__device__ void fill_block(const SeerCudaCommon& c, const void* k_pre, Elem k_elem, const float* wk,
+__device__ void fill_block(const SeerCudaCommon& c, const void* k_pre, Storage k_elem, const float* wk,
                            const int32_t* pages, int32_t h, int32_t j, float* pooled, float* out) {
   const int32_t d = c.head_dim, dg = c.gate_dim, block_pages = c.block / c.page_size;
   float* entry = c.cache + (int64_t(pages[j * block_pages]) * c.n_kv_heads + h) * (dg + 1);
@@ -62,7 +55,7 @@ __device__ void fill_block(const SeerCudaCommon& c, const void* k_pre, Elem k_el
     for (int32_t t = 0; t < c.block; ++t) {
       const int64_t tok = int64_t(j) * c.block + t;
       const int64_t at = c.k_pre_strides.row(pages[tok / c.page_size], h, tok % c.page_size);
-      const float v = load(k_pre, k_elem, at + ch);
+      const float v = load_storage(k_pre, k_elem, at + ch);
       mx = v > mx ? v : mx;
       mn = v < mn ? v : mn;
       sum += v;
@@ -172,7 +165,7 @@ __global__ void __launch_bounds__(256) gate_query_raw(GateScoresLaunch a) {
   const int64_t q0 = (int64_t(b) * c.n_q_heads + int64_t(h) * g) * d;
   const float* w = a.wq + (int64_t(h) * dg + r) * gd;
   float acc = 0.f;
-  for (int32_t i = lane; i < gd; i += 32) acc += w[i] * load(a.q_pre, a.q_elem, q0 + i);
+  for (int32_t i = lane; i < gd; i += 32) acc += w[i] * load_storage(a.q_pre, a.q_elem, q0 + i);
   for (int32_t o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if (lane == 0) a.q_raw[(int64_t(b) * c.n_kv_heads + h) * dg + r] = acc;
 }

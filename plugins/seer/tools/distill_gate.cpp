@@ -23,7 +23,7 @@
 #include "tools/tools.hpp"
 #include "sieve/cli/model_args.hpp"
 #include "sieve/cli/parse_options.hpp"
-#include "sieve/model/fidelity_eval.hpp"
+#include "sieve/model/model_chain.hpp"
 #include "sieve/model/generate.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/page_layout.hpp"

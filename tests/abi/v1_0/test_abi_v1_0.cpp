@@ -20,7 +20,7 @@
 #include "sieve/runtime/conformance.hpp"
 #include "sieve/runtime/loader.hpp"
 #include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "sieve/workload/synthetic.hpp"
 
 namespace {
 

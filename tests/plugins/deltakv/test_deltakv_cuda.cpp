@@ -114,7 +114,7 @@ void check_pack(DkvScenario& sc, const DkvOpts& o, int32_t layer = 1) {
   a.v = dc.v.ptr;
   a.kv_strides = sieve::compact_hnd_strides(g.n_kv_heads, g.page_size, g.head_dim);  // the workload's pool
   a.page_capacity = dc.k.shape[0];
-  a.kv_dt = g.kv_dtype.bits == 32 ? dk::kCudaF32 : g.kv_dtype.code == kDLBfloat ? dk::kCudaBF16 : dk::kCudaF16;
+  a.kv_dt = sieve::require_storage(g.kv_dtype, "the scenario's KV pages");
   a.batch = sc.w.batch;
   a.hq = g.n_q_heads;
   a.hkv = g.n_kv_heads;

@@ -119,7 +119,7 @@ TEST_F(DeltaXCuda, PackingKeepMasksEqualTheCpu) {
       sieve::packing::BlockPackLaunch l{};
       l.k_pages = k.p;
       l.k_strides = sieve::compact_hnd_strides(hkv, sc.g.page_size, c.d);  // the workload's pool
-      l.kv_dtype = sieve::same_dtype(c.dtype, sieve::kF32) ? 0 : sieve::same_dtype(c.dtype, sieve::kF16) ? 1 : 2;
+      l.kv_dtype = sieve::require_storage(c.dtype, "the scenario's keys");
       l.pages = static_cast<const int32_t*>(pages.p) + sc.w.kv_indptr.data<int32_t>()[b];
       l.hkv = hkv;
       l.d = c.d;

@@ -10,7 +10,7 @@
 
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/registry.hpp"
-#include "sieve/runtime/synthetic.hpp"
+#include "sieve/workload/synthetic.hpp"
 
 namespace sieve::testing {
 

@@ -23,7 +23,7 @@ sieve_status guarded(Base* s, F&& f) noexcept {
     return SIEVE_OK;
   } catch (const Error& e) {
     s->set_last_error(e.what());
-    return e.status;
+    return e.status();
   } catch (const std::bad_alloc&) {
     s->set_last_error("out of host memory");
     return SIEVE_ERR_OUT_OF_MEMORY;
@@ -62,7 +62,7 @@ sieve_kv_store_api store_table(const char* name) {
       return SIEVE_OK;
     } catch (const Error& e) {
       report(err, e.what());
-      return e.status;
+      return e.status();
     } catch (const std::bad_alloc&) {
       report(err, "out of memory while creating the store");
       return SIEVE_ERR_OUT_OF_MEMORY;

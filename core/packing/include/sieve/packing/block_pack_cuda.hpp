@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/page_layout.hpp"
 
 namespace sieve::packing {
@@ -16,7 +17,7 @@ namespace sieve::packing {
 struct BlockPackLaunch {
   const void* k_pages;   // [capacity, hkv, page_size, d] (data_ptr of the view's k_pages)
   PageStrides k_strides; // ... laid out as these strides say (page_strides)
-  int32_t kv_dtype;      // 0 f32, 1 f16, 2 bf16
+  Storage kv_dtype;
   const int32_t* pages;  // device: the sequence's physical page ids, in order
   int32_t hkv, d, page_size;
   int64_t n;             // keys of the sequence

@@ -1,8 +1,11 @@
-// Errors inside a plugin: a C++ exception that carries an ABI status. The C trampolines
-// (policy_api.hpp) catch it and turn it into that status plus the instance's last_error message,
-// so nothing ever throws across the boundary.
+// Errors inside a plugin: sieve::Error (sieve/util/error.hpp), a C++ exception that carries an
+// ABI status. The C trampolines (policy_api.hpp) catch it and turn it into that status plus the
+// instance's last_error message, so nothing ever throws across the boundary. The runtime's
+// internal libraries a plugin links (core/selection, the seer gate files) throw the same type.
 #pragma once
 #include <sieve/abi.h>
+#include <sieve/util/error.hpp>
+#include <sieve/util/status.hpp>
 
 #include <sstream>
 #include <stdexcept>
@@ -19,24 +22,15 @@ std::string str(Args&&... args) {
   return os.str();
 }
 
-class Error : public std::runtime_error {
- public:
-  Error(sieve_status status, const std::string& message)
-      : std::runtime_error(message), status_(status) {}
-  sieve_status status() const noexcept { return status_; }
-
- private:
-  sieve_status status_;
-};
+using sieve::Error;
+// The name of a status code, for messages and tests ("SIEVE_ERR_CAPACITY", "status 42").
+using sieve::status_name;
 
 // Throw an Error whose message is the concatenation of `args`.
 template <class... Args>
 [[noreturn]] void fail(sieve_status status, Args&&... args) {
   throw Error(status, str(std::forward<Args>(args)...));
 }
-
-// The name of a status code, for messages and tests ("SIEVE_ERR_CAPACITY").
-const char* status_name(sieve_status status) noexcept;
 
 // Map the exception being handled (call only inside a catch block) to a status and write its
 // message to `message`. Error keeps its status; std::bad_alloc -> OUT_OF_MEMORY; any other

@@ -4,10 +4,11 @@
 // negotiation (the host's major, a newer one, 0), every table's size and version, the
 // descriptor, the parameter schema, validate() on a plausible and on impossible geometries, and
 // create() with a wrong-length value array and with an impossible geometry.
-// Numeric part (conformance_numeric.cpp, by the runtime lead): hooks run on real tensors against
-// the dense f64 reference, and error paths with bad tensors.
+// Numeric part (conformance_numeric.cpp): hooks run on real tensors against the dense f64
+// reference (the synthetic workload, core/workload), and error paths with bad tensors.
 // KV-store suite (conformance_store*.cpp): a store table's append/view round trips against an f64
 // reference, page tables, sidecars, eviction, removal and refusals, on every store.
+// Library: sieve_conformance (core/runtime/CMakeLists.txt), not part of sieve_runtime.
 //
 // Isolation: each part runs in a forked child process by default, so a plugin that crashes or
 // hangs fails the check it was in ("crashed with SIGSEGV during <check>") instead of taking the

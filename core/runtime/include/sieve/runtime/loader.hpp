@@ -131,16 +131,6 @@ std::vector<std::string> check_kv_store_descriptor(const sieve_kv_store_descript
 std::vector<std::string> check_tools(const sieve_plugin* table);
 std::vector<std::string> check_plugin_table(const sieve_plugin* table, uint32_t expected_major);
 
-// Human-readable names of the capability bits ("prefill,decode", "cpu,cuda", "f32,f16", ...).
-std::string phase_names(uint32_t phases);
-std::string device_names(uint32_t devices);
-std::string dtype_names(uint32_t dtypes);
-std::string needs_names(uint32_t needs);
-std::string kv_layout_names(uint32_t layouts);    // sieve_kv_layout_bits: "hnd,nhd"
-std::string kv_feature_names(uint32_t features);  // sieve_kv_feature_bits: "sidecars,eviction"
-std::string selection_heads_name(uint32_t heads);
-std::string cuda_graph_name(uint32_t level);
-std::string status_name(int status);  // "SIEVE_ERR_VERSION", or "status 42"
 
 // Is `name` a valid policy / parameter name: [a-z0-9_]+, at most kMaxNameLength bytes.
 bool is_identifier(const char* name);

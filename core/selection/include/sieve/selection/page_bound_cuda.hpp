@@ -8,18 +8,10 @@
 #include <cstdint>
 
 #include "sieve/selection/top_k.hpp"
+#include "sieve/util/dtype_dispatch.hpp"
 #include "sieve/util/page_layout.hpp"
 
 namespace sieve::selection {
-
-enum class Storage : int32_t { f32 = 0, f16 = 1, bf16 = 2, invalid = -1 };
-inline Storage storage_of(DLDataType t) {
-  if (t.lanes != 1) return Storage::invalid;
-  if (t.code == kDLFloat && t.bits == 32) return Storage::f32;
-  if (t.code == kDLFloat && t.bits == 16) return Storage::f16;
-  if (t.code == kDLBfloat && t.bits == 16) return Storage::bf16;
-  return Storage::invalid;
-}
 
 struct MinMaxAppendLaunch {
   const void* k_pages;          // device [capacity, n_kv_heads, page_size, head_dim] (data_ptr)

@@ -1,5 +1,8 @@
-// The name of an ABI status code, for messages (shared by the runtime and plugin support).
+// The name of an ABI status code, for messages: the runtime, the plugin SDK (installed with its
+// headers) and the tests use this one.
 #pragma once
+#include <string>
+
 #include "sieve/abi.h"
 
 namespace sieve {
@@ -17,5 +20,10 @@ constexpr const char* known_status_name(int status) noexcept {
     case SIEVE_ERR_INTERNAL: return "SIEVE_ERR_INTERNAL";
   }
   return nullptr;
+}
+// "SIEVE_ERR_VERSION", or "status 42" for a value the ABI does not define.
+inline std::string status_name(int status) {
+  const char* name = known_status_name(status);
+  return name ? name : "status " + std::to_string(status);
 }
 }  // namespace sieve

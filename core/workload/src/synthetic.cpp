@@ -1,4 +1,4 @@
-#include "sieve/runtime/synthetic.hpp"
+#include "sieve/workload/synthetic.hpp"
 
 #include <algorithm>
 #include <chrono>
