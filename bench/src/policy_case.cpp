@@ -174,6 +174,7 @@ class PolicyCase {
       engine_ = std::make_unique<runtime::EnginePages>(
           services, runtime::EnginePages::Shape::for_store(g, opt.pages_per_layer, chains.store.entry, chains.store.values));
       opt.release = engine_->sink();
+      opt.binds_pages = true;
     }
     session_ = std::make_unique<runtime::Session>(services, g, std::move(chains), opt);
     runner_ = &session_->runner();

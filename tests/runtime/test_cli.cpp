@@ -105,6 +105,17 @@ TEST_F(Cli, AnUnknownOrBadStoreIsOneLineAndAFailure) {
   EXPECT_EQ(r.status, 0) << r.out;
 }
 
+// A plugin tool that runs the model takes --kv-store: on the store it would use anyway it
+// computes exactly what it computes without the option (CliInput covers the refusals).
+TEST_F(Cli, ToolsRunOnTheStoreNamedWithKvStore) {
+  CliRun plain = sieve_cli("calibrate dpxa --json", false);
+  CliRun named = sieve_cli("calibrate dpxa --json --kv-store paged", false);
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  ASSERT_EQ(named.status, 0) << named.out;
+  EXPECT_FALSE(nlohmann::json::parse(named.out).empty());
+  EXPECT_EQ(named.out, plain.out);
+}
+
 TEST_F(Cli, PluginsMissingDirectory) {
   CliRun r = sieve_cli("plugins --plugin-dir /nonexistent/plugins");
   EXPECT_EQ(r.status, 1);
