@@ -162,10 +162,7 @@ static sieve_status bind(engine_pages* e, sieve_session* session, int32_t layer,
   int32_t* indices = e->indices + (size_t)layer * (size_t)e->pool;
   int32_t* last = e->last + (size_t)layer * (size_t)e->batch;
   int64_t* shapes = e->table_shapes + (size_t)layer * 3;
-  sieve_kv_pages p;
-  memset(&p, 0, sizeof p);
-  p.hdr.struct_size = sizeof p;
-  p.hdr.version = SIEVE_ABI_MINOR;
+  sieve_kv_pages p = {.hdr = SIEVE_HEADER_INIT(sieve_kv_pages)};
   p.layer = layer;
   p.batch = batch;
   p.seq_ids = e->seq_id;
