@@ -160,7 +160,7 @@ TEST_F(Cli, PluginsNameShowsOnePluginOrStore) {
   EXPECT_EQ(sieve_cli("plugins minmal --plugin-dir " SIEVE_FIXTURE_DIR).status, 2);
   CliRun two = sieve_cli("plugins quest raas");
   EXPECT_EQ(two.status, 2);
-  EXPECT_EQ(two.out, "sieve plugins: too many positional options have been specified on the command line\n");
+  EXPECT_EQ(two.out, "sieve plugins: unexpected argument 'raas' (every option takes one word: quote a value with spaces)\n");
 }
 
 TEST_F(Cli, PluginsMissingDirectory) {

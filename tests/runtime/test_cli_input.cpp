@@ -77,7 +77,7 @@ TEST_F(CliInput, StrayWordsAreRefused) {
                  AllOf(HasSubstr("sieve run: unexpected argument 'saw'"), HasSubstr("quote")));
   expect_refused("eval --chain dense extra", 2, HasSubstr("unexpected argument 'extra'"));
   expect_refused("attn stray", 2, HasSubstr("unexpected argument 'stray'"));
-  expect_refused("plugins stray", 2, HasSubstr("unexpected argument 'stray'"));
+  expect_refused("plugins quest stray", 2, HasSubstr("unexpected argument 'stray'"));  // NAME, then a stray word
 }
 
 TEST_F(CliInput, NonFiniteOrNegativeTemperatureIsRefused) {

@@ -31,14 +31,18 @@ std::optional<int> parse_options(const char* command, const po::options_descript
                                  const char* const* argv, po::variables_map* vm,
                                  const po::positional_options_description* positional) {
   try {
-    po::command_line_parser parser(argc, argv);
-    parser.options(opts);
-    if (positional) parser.positional(*positional);
-    const po::parsed_options parsed = parser.run();
-    for (const po::option& o : parsed.options)  // a word no positional mapping took (string_key "")
-      if (o.position_key >= 0 && o.string_key.empty() && !o.value.empty())
+    po::parsed_options parsed = po::command_line_parser(argc, argv).options(opts).run();
+    // Words without an option fill the positional names in order; one more is refused.
+    unsigned taken = 0;
+    for (po::option& o : parsed.options)
+      if (o.position_key >= 0 && o.string_key.empty() && !o.value.empty()) {
+        if (positional && taken < positional->max_total_count()) {
+          o.string_key = positional->name_for_position(taken++);
+          continue;
+        }
         return report_error(command, "unexpected argument '" + printable(o.value.front()) +
                                          "' (every option takes one word: quote a value with spaces)", 2);
+      }
     po::store(parsed, *vm);
     po::notify(*vm);
   } catch (const std::exception& e) {
