@@ -32,6 +32,7 @@
 // services: alloc/free, cuda_stream, log, metric, kernels->attend with a variant (ABI 1.1,
 // SIEVE_VARIANT_KEY_SPANS). CUDA graphs: STATIC_SHAPES (grid sizes follow the call's lengths;
 // report=on synchronises and cannot be captured).
+#include <sieve/plugin/attention_variant.hpp>
 #include <sieve/plugin/policy_api.hpp>
 #include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
@@ -293,39 +294,10 @@ class DeltaKvPolicy final : public sp::PolicyBase {
   void attend_variant(const sieve_layer_call& call, DLTensor& out, int32_t rows_q_block, int32_t n_rows) {
     const sieve_geometry& g = geometry();
     const int64_t slots = int64_t(g.max_batch) * g.n_kv_heads * g.max_seq_len;
-    shape_rows_[0] = n_rows;
-    shape_rows_[1] = 2;
-    shape_spans_[0] = 2 * int64_t(n_rows);
-    shape_spans_[1] = 3;
-    shape_packed_ = slots;
-    auto tensor = [&](const sp::HostBuffer& buf, int64_t* shape, int ndim, DLDataType dt) {
-      DLTensor t{};
-      t.data = buf.get<void>();
-      t.device = g.device;
-      t.ndim = ndim;
-      t.dtype = dt;
-      t.shape = shape;
-      return t;
-    };
-    sieve_attention_variant v{};
-    v.hdr = SIEVE_HEADER_INIT(sieve_attention_variant);
-    v.heads = SIEVE_SEL_PER_KV_HEAD;
-    v.q_block = rows_q_block;
-    v.n_rows = n_rows;
-    v.row_spans = tensor(row_spans_, shape_rows_, 2, sieve::kI32);
-    v.spans = tensor(spans_, shape_spans_, 2, sieve::kI32);
-    v.packed_pos = tensor(anchor_, &shape_packed_, 1, sieve::kI32);
-    if (attend_.count_weighting) v.packed_count = tensor(count_, &shape_packed_, 1, sieve::kI32);
-    sieve_attention_args a{};
-    a.phase = SIEVE_PHASE_PREFILL;
-    a.scale = attend_.scale;
-    a.q = call.q;
-    a.out = &out;
-    a.qo_indptr = call.qo_indptr;
-    a.qo_indptr_host = call.qo_indptr_host;
-    a.kv = call.kv_view;
-    a.variant = &v;
-    core_kernel_attend(a, "deltakv stage 3 (the core kernel's attention variant)");
+    const sp::AttentionVariant v(g.device, SIEVE_SEL_PER_KV_HEAD, rows_q_block, n_rows, row_spans_.get<int32_t>(),
+                                 2 * int64_t(n_rows), spans_.get<int32_t>(), slots, anchor_.get<int32_t>(),
+                                 attend_.count_weighting ? count_.get<int32_t>() : nullptr);
+    core_kernel_attend(v.args(call, out, g, attend_.scale), "deltakv stage 3 (the core kernel's attention variant)");
   }
 
   // kv_reduction per KV head (over the batch) and for the layer, from the anchor counts.
@@ -434,7 +406,6 @@ class DeltaKvPolicy final : public sp::PolicyBase {
   bool report_ = true;
   sp::HostBuffer anchor_, reach_, count_, n_anchors_, host_counts_, keep_;
   sp::HostBuffer row_spans_, spans_;  // the variant's rows and spans (stage 3)
-  int64_t shape_rows_[2] = {}, shape_spans_[2] = {}, shape_packed_ = 0;  // their DLTensor shapes
   sp::HostBuffer chunk_anchors_;  // CUDA: anchors per (sequence, KV head, chunk)
   sp::HostBuffer anchor_page_;    // CUDA: physical page of each anchor
   sp::HostBuffer kf_;             // CPU

@@ -8,7 +8,7 @@
 // CUDA: cuda/deltax_driver.cpp over cuda/deltax_spans.cu; both hand the spans to kernels->attend. Metrics (CPU): deltax_kv_reduction per q head
 // and layer, deltax_packed per layer.
 #pragma once
-#include <sieve/plugin/host_variant.hpp>
+#include <sieve/plugin/attention_variant.hpp>
 #include <sieve/plugin/policy_base.hpp>
 #include <sieve/sieve.h>
 

@@ -9,73 +9,39 @@
 
 #include "common/variant_case.hpp"
 #include "cuda_test_util.hpp"
-#include "sieve/kernels/attention_cuda.hpp"
-#include "sieve/kernels/attention_cuda_checks.hpp"
+#include "device_call.hpp"
 
 namespace sieve {
 namespace {
 
 using cuda_test::CudaTest;
+using cuda_test::DeviceCall;
 using cuda_test::DeviceTensor;
 using kernels::CudaAttentionOptions;
 using reference::Workload;
 using variant_test::VariantCase;
 
-// The workload's and variant's tensors on the device; run() poisons, attends, reads back.
-class DeviceVariantCall {
+// DeviceCall (the workload on the device) plus the variant's tensors.
+class DeviceVariantCall : public DeviceCall {
  public:
-  DeviceVariantCall(Workload& w, VariantCase& c) : w_(w) {
-    q_ = DeviceTensor(w.q);
-    out_ = DeviceTensor(w.out);
-    lse_ = DeviceTensor(w.lse);
-    qo_ = DeviceTensor(w.qo_indptr);
-    k_ = DeviceTensor(w.k_pages);
-    v_ = DeviceTensor(w.v_pages);
-    indptr_ = DeviceTensor(w.kv_indptr);
-    indices_ = DeviceTensor(w.kv_indices);
-    last_ = DeviceTensor(w.kv_last_page_len);
+  DeviceVariantCall(Workload& w, VariantCase& c) : DeviceCall(w) {
     row_spans_ = DeviceTensor(c.row_spans);
     spans_ = DeviceTensor(c.spans);
     pos_ = DeviceTensor(c.packed_pos);
     count_ = DeviceTensor(c.packed_count);
     bias_ = DeviceTensor(c.packed_bias);
-    kv_ = w.kv;
-    kv_.k_pages = k_.dl;
-    kv_.v_pages = v_.dl;
-    kv_.indptr = indptr_.dl;
-    kv_.indices = indices_.dl;
-    kv_.last_page_len = last_.dl;
-    v_var_ = c.v;
-    v_var_.row_spans = row_spans_.dl;
-    v_var_.spans = spans_.dl;
-    v_var_.packed_pos = pos_.dl;
-    if (c.v.packed_count.data) v_var_.packed_count = count_.dl;
-    if (c.v.packed_bias.data) v_var_.packed_bias = bias_.dl;
-    args = w.args;
-    args.q = &q_.dl;
-    args.out = &out_.dl;
-    args.lse = &lse_.dl;
-    args.qo_indptr = &qo_.dl;
-    args.kv = &kv_;
-    args.variant = &v_var_;
+    v_ = c.v;
+    v_.row_spans = row_spans_.dl;
+    v_.spans = spans_.dl;
+    v_.packed_pos = pos_.dl;
+    if (c.v.packed_count.data) v_.packed_count = count_.dl;
+    if (c.v.packed_bias.data) v_.packed_bias = bias_.dl;
+    args.variant = &v_;
   }
-  sieve_status run(cudaStream_t stream, const CudaAttentionOptions& o, std::string* err) {
-    w_.poison_outputs();
-    out_.upload(w_.out);
-    lse_.upload(w_.lse);
-    const sieve_status st = kernels::attend_cuda(args, o, stream, err);
-    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    out_.download(w_.out);
-    lse_.download(w_.lse);
-    return st;
-  }
-  sieve_attention_args args{};
 
  private:
-  Workload& w_;
-  DeviceTensor q_, out_, lse_, qo_, k_, v_, indptr_, indices_, last_, row_spans_, spans_, pos_, count_, bias_;
-  sieve_paged_kv kv_{};
-  sieve_attention_variant v_var_{};
+  DeviceTensor row_spans_, spans_, pos_, count_, bias_;
+  sieve_attention_variant v_{};
 };
 
 class AttentionVariantCuda : public CudaTest {

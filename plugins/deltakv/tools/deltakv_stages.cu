@@ -26,6 +26,7 @@
 
 #include "cuda/deltakv_cuda.hpp"
 #include "sieve/kernels/attention_cuda.hpp"
+#include "sieve/plugin/attention_variant.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace dk = sieve::deltakv;
@@ -190,51 +191,24 @@ int main(int argc, char** argv) {
     // Stage 3's call of the core kernel: every tensor on device 0, the variant over the packs.
     const DLDataType dt = bf16 ? sieve::kBF16 : sieve::kF16;
     const DLDevice dev{kDLCUDA, 0};
-    int64_t q_shape[3] = {n, hq, d}, pages_shape[4] = {pages, hkv, P, d}, two[1] = {2}, one[1] = {1},
-            n_pages[1] = {pages}, rows_shape[2] = {n_rows, 2}, spans_shape[2] = {2 * int64_t(n_rows), 3},
-            packed_shape[1] = {int64_t(slots)};
-    auto tensor = [&](void* data, int64_t* shape, int ndim, DLDataType t) {
-      DLTensor x{};
-      x.data = data;
-      x.device = dev;
-      x.ndim = ndim;
-      x.dtype = t;
-      x.shape = shape;
-      return x;
-    };
-    DLTensor tq = tensor(dq, q_shape, 3, dt), tout = tensor(dout, q_shape, 3, dt), tqo = tensor(dqo, two, 1, sieve::kI32);
+    int64_t q_shape[3] = {n, hq, d}, two[1] = {2}, one[1] = {1}, n_pages[1] = {pages};
+    int64_t pages_shape[4] = {pages, hkv, P, d};
+    DLTensor tq = sieve::make_view(dq, dev, dt, 3, q_shape), tout = sieve::make_view(dout, dev, dt, 3, q_shape),
+             tqo = sieve::make_view(dqo, dev, sieve::kI32, 1, two);
     sieve_paged_kv kv{};
     kv.hdr = SIEVE_HEADER_INIT(sieve_paged_kv);
     kv.batch = 1;
     kv.page_size = P;
-    kv.k_pages = tensor(dk_, pages_shape, 4, dt);
-    kv.v_pages = tensor(dv, pages_shape, 4, dt);
-    kv.indptr = tensor(dindptr, two, 1, sieve::kI32);
-    kv.indices = tensor(dind, n_pages, 1, sieve::kI32);
-    kv.last_page_len = tensor(dlast, one, 1, sieve::kI32);
+    kv.k_pages = sieve::make_view(dk_, dev, dt, 4, pages_shape);
+    kv.v_pages = sieve::make_view(dv, dev, dt, 4, pages_shape);
+    kv.indptr = sieve::make_view(dindptr, dev, sieve::kI32, 1, two);
+    kv.indices = sieve::make_view(dind, dev, sieve::kI32, 1, n_pages);
+    kv.last_page_len = sieve::make_view(dlast, dev, sieve::kI32, 1, one);
     kv.indptr_host = kv_indptr;
     kv.last_page_len_host = last;
-    sieve_attention_variant var{};
-    var.hdr = SIEVE_HEADER_INIT(sieve_attention_variant);
-    var.heads = SIEVE_SEL_PER_KV_HEAD;
-    var.q_block = q_block;
-    var.n_rows = n_rows;
-    var.row_spans = tensor(row_spans, rows_shape, 2, sieve::kI32);
-    var.spans = tensor(spans, spans_shape, 2, sieve::kI32);
-    var.packed_pos = tensor(anchor, packed_shape, 1, sieve::kI32);
-    var.packed_count = tensor(count, packed_shape, 1, sieve::kI32);
-    sieve_attention_args args{};
-    args.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
-    args.phase = SIEVE_PHASE_PREFILL;
-    args.n_q_heads = hq;
-    args.n_kv_heads = hkv;
-    args.head_dim = d;
-    args.q = &tq;
-    args.out = &tout;
-    args.qo_indptr = &tqo;
-    args.qo_indptr_host = qo;
-    args.kv = &kv;
-    args.variant = &var;
+    const sieve::plugin::AttentionVariant var(dev, SIEVE_SEL_PER_KV_HEAD, q_block, n_rows, row_spans, 2 * int64_t(n_rows),
+                                              spans, int64_t(slots), anchor, count);
+    const sieve_attention_args args = var.args(hq, hkv, d, 0.f, &tq, &tout, &tqo, qo, &kv);
 
     cudaEvent_t e0, e1, e2;
     CK(cudaEventCreate(&e0));

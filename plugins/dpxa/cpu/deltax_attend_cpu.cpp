@@ -91,8 +91,9 @@ void DeltaXAttention::attend_cpu(const sieve_layer_call& call, const sieve_selec
     }
     row0 += blocks;
   }
-  variant_.attend(call, out, g, B, row0 * g.n_q_heads, cfg_.scale, services,
-                  "dpxa deltax (the core kernel's attention variant)");
+  // DeltaX's arithmetic is f32 throughout (docs/methods/dpxa.md): no 16-bit weights on any device.
+  const sp::AttentionVariant v = variant_.variant(B, row0 * g.n_q_heads, SIEVE_VARIANT_F32_WEIGHTS);
+  sp::host_kernel_attend(services, v.args(call, out, g, cfg_.scale), "dpxa deltax (the core kernel's attention variant)");
   // KV reduction relative to the block-sparse kernel (the paper's f·(1 - p)), per q head.
   double all_full = 0, all_saved = 0;
   for (int32_t h = 0; h < g.n_q_heads; ++h) {

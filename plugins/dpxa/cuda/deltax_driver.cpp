@@ -107,43 +107,12 @@ void DeltaXAttention::attend_cuda(const sieve_layer_call& call, const sieve_sele
     if (const char* e = launch_deltax_spans(a)) sp::fail(SIEVE_ERR_DEVICE, "dpxa deltax spans failed to launch: ", e);
   }
   if (blocks0 == 0) return;
-  const int64_t n_rows = blocks0 * g.n_q_heads;
-  int64_t rows_shape[2] = {n_rows, 2}, spans_shape[2] = {spans_capacity_, 3},
-          packed_shape[1] = {int64_t(g.max_batch) * g.n_kv_heads * g.max_seq_len};
-  auto i32 = [&](const sp::HostBuffer& buf, int64_t* shape, int ndim) {
-    DLTensor t{};
-    t.data = buf.get<void>();
-    t.device = dev;
-    t.ndim = ndim;
-    t.dtype = sieve::kI32;
-    t.shape = shape;
-    return t;
-  };
-  sieve_attention_variant v{};
-  v.hdr = SIEVE_HEADER_INIT(sieve_attention_variant);
-  v.heads = SIEVE_SEL_PER_Q_HEAD;
-  v.q_block = B;
-  v.n_rows = int32_t(n_rows);
-  v.row_spans = i32(row_spans_d_, rows_shape, 2);
-  v.spans = i32(spans_d_, spans_shape, 2);
-  v.packed_pos = i32(packed_pos_d_, packed_shape, 1);
-  v.packed_count = i32(packed_count_d_, packed_shape, 1);
   // DeltaX's arithmetic is f32 throughout (its CPU path's, docs/methods/dpxa.md): no 16-bit weights.
-  v.flags = SIEVE_VARIANT_F32_WEIGHTS;
-  sieve_attention_args args{};
-  args.hdr = SIEVE_HEADER_INIT(sieve_attention_args);
-  args.phase = SIEVE_PHASE_PREFILL;
-  args.n_q_heads = g.n_q_heads;
-  args.n_kv_heads = g.n_kv_heads;
-  args.head_dim = d;
-  args.scale = cfg_.scale;
-  args.q = call.q;
-  args.out = &out;
-  args.qo_indptr = call.qo_indptr;
-  args.qo_indptr_host = call.qo_indptr_host;
-  args.kv = call.kv_view;
-  args.variant = &v;
-  sp::host_kernel_attend(services, args, "dpxa deltax (the core kernel's attention variant)");
+  const sp::AttentionVariant v(dev, SIEVE_SEL_PER_Q_HEAD, B, int32_t(blocks0 * g.n_q_heads), row_spans_d_.get<int32_t>(),
+                               spans_capacity_, spans_d_.get<int32_t>(),
+                               int64_t(g.max_batch) * g.n_kv_heads * g.max_seq_len, packed_pos_d_.get<int32_t>(),
+                               packed_count_d_.get<int32_t>(), SIEVE_VARIANT_F32_WEIGHTS);
+  sp::host_kernel_attend(services, v.args(call, out, g, cfg_.scale), "dpxa deltax (the core kernel's attention variant)");
 }
 
 }  // namespace sieve::dpxa
