@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cpu_loops.hpp"
+#include "attention_variant_cpu.hpp"
 #include "decode_rows.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/util/tensor.hpp"
@@ -637,6 +638,7 @@ sieve_status run(const sieve_attention_args& a, const CpuAttentionOptions& opt,
 #else
   const int threads = 1;
 #endif
+  if (attention_variant(a)) return attend_variant_cpu(a, threads, error);
   static thread_local CallBuffers buf;
   Call c;
   bind(a, opt, buf, c);

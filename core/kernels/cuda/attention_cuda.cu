@@ -7,6 +7,9 @@
 //     (attention_row.cu);
 //   - prefill over every query token: a tiled kernel, on tensor cores (attention_prefill_mma.cu)
 //     under the same conditions, else FMA (attention_prefill.cu);
+//   - an attention variant (sieve_attention_variant): its own kernel over the variant rows' spans,
+//     on tensor cores (attention_variant_mma.cu) under the same conditions, else FMA
+//     (attention_variant.cu);
 //   - page statistics (decode): page_mass zeroed, then a reduction with the final lse
 //     (attention_stats.cu): on the tensor-core path over the logits the row kernel stored in its
 //     attention pass (no second read of K), else a second pass recomputing q·k from K.
@@ -22,6 +25,7 @@
 #include <mutex>
 
 #include "attention_cuda_common.cuh"
+#include "attention_variant.cuh"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/kernels/attention_cuda.hpp"
 #include "sieve/kernels/attention_cuda_checks.hpp"
@@ -137,7 +141,10 @@ struct Plan {
 
 // Refusals beyond check_attention_args: what these kernels are not built for.
 std::string unsupported_here(const AttentionShape& s) {
-  if (s.d != 8 && s.d != 64 && s.d != 128)
+  if (s.variant && s.d > cuda::kMaxVariantHeadDim)
+    return "head_dim: " + std::to_string(s.d) + "; attention variants on CUDA take head_dim <= " +
+           std::to_string(cuda::kMaxVariantHeadDim);
+  if (!s.variant && s.d != 8 && s.d != 64 && s.d != 128)
     return "head_dim: " + std::to_string(s.d) + "; the CUDA kernels are built for 8, 64 and 128";
   if (s.stats != SIEVE_STATS_NONE && s.page_size > kMaxStatsPageSize)
     return "kv.page_size: " + std::to_string(s.page_size) + "; page statistics on CUDA take pages of at most " +
@@ -198,10 +205,26 @@ bool tensor_core_eligible(const sieve_attention_args& a, const AttentionShape& s
          aligned(*a.q) && aligned(a.kv->k_pages) && aligned(a.kv->v_pages);
 }
 
+// An attention variant: the tensor-core variant kernel where the prefill one would run (unless the
+// variant keeps its weights f32), its CTA's heads sharing one variant row (a row per query head: one head per CTA), else the FMA variant
+// kernel, one query head per CTA.
+Plan variant_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, Plan p) {
+  const AttentionShape& s = p.s;
+  p.mma = o.tensor_cores && tensor_core_eligible(a, s) && !(s.var_flags & SIEVE_VARIANT_F32_WEIGHTS);
+  p.hg = !p.mma || s.var_heads == SIEVE_SEL_PER_Q_HEAD ? 1 : std::min(s.group, cuda::kMaxHeadsPerCta);
+  p.chunks = (s.group + p.hg - 1) / p.hg;
+  p.tile_tokens = p.mma ? cuda::kMmaPrefillRows / p.hg : cuda::kVariantRows;
+  for (int32_t b = 0; b < s.batch; ++b)
+    p.max_tiles = std::max(p.max_tiles, cuda::variant_tiles(a.qo_indptr_host[b + 1] - a.qo_indptr_host[b],
+                                                            s.var_q_block, p.tile_tokens));
+  return p;
+}
+
 Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int sm_count) {
   Plan p;
   p.s = attention_shape(a);
   const AttentionShape& s = p.s;
+  if (s.variant) return variant_plan(a, o, p);
   const bool per_q_head = !s.dense && s.sel_heads == SIEVE_SEL_PER_Q_HEAD;
   p.row_path = !s.prefill || s.q_rows >= 0;
   p.mma = o.tensor_cores && tensor_core_eligible(a, s);
@@ -351,6 +374,19 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   p.stats_h = s.stats_h;
   p.page_mass = s.stats != SIEVE_STATS_NONE ? data_ptr<float>(*a.page_mass) : nullptr;
   p.err = st->err;
+  if (const sieve_attention_variant* v = attention_variant(a)) {
+    p.kv_dt = require_storage(kv.k_pages.dtype, "kv.k_pages");
+    p.var_heads = int32_t(s.var_heads);
+    p.var_h = s.var_h;
+    p.var_q_block = s.var_q_block;
+    p.row_spans = data_ptr<const int32_t>(v->row_spans);
+    p.spans = data_ptr<const int32_t>(v->spans);
+    p.n_spans = int32_t(v->spans.shape[0]);
+    p.packed_pos = data_ptr<const int32_t>(v->packed_pos);
+    p.packed_count = v->packed_count.data ? data_ptr<const int32_t>(v->packed_count) : nullptr;
+    p.packed_bias = v->packed_bias.data ? data_ptr<const float>(v->packed_bias) : nullptr;
+    p.n_packed = int32_t(v->packed_pos.shape[0]);
+  }
 
   const Storage kv_dt = require_storage(kv.k_pages.dtype, "kv.k_pages");
   const bool stats = s.stats != SIEVE_STATS_NONE;
@@ -391,7 +427,13 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
       return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaMemsetAsync(page_mass)", e));
   }
 
-  if (plan.row_path) {
+  if (s.variant) {
+    if (plan.max_tiles == 0) return SIEVE_OK;
+    const cudaError_t e =
+        plan.mma ? cuda::launch_variant_attention_mma(p, kv_dt, plan.max_tiles, plan.tile_tokens, stream)
+                 : cuda::launch_variant_attention(p, plan.max_tiles, stream);
+    if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("attention variant kernel launch", e));
+  } else if (plan.row_path) {
     if (plan.n_work == 0) return SIEVE_OK;
     const cudaError_t e = plan.mma ? cuda::launch_row_attention_mma(p, kv_dt, stream)
                                    : cuda::launch_row_attention(p, kv_dt, stream);
@@ -439,7 +481,9 @@ sieve_status cuda_attention_plan(const sieve_attention_args& args, const CudaAtt
     DeviceState* st = nullptr;
     Plan plan;
     if (sieve_status r = check_and_plan(args, options, guard, &st, &plan, error); r != SIEVE_OK) return r;
-    out->kernel = plan.row_path ? (plan.mma ? "row-mma" : "row-fma") : (plan.mma ? "prefill-mma" : "prefill-fma");
+    out->kernel = plan.s.variant ? (plan.mma ? "variant-mma" : "variant-fma")
+                  : plan.row_path    ? (plan.mma ? "row-mma" : "row-fma")
+                                     : (plan.mma ? "prefill-mma" : "prefill-fma");
     out->kv_splits = plan.row_path ? plan.splits : 1;
     out->heads_per_cta = plan.hg;
     return SIEVE_OK;
@@ -490,6 +534,17 @@ sieve_status cuda_attention_check_errors(int device, void* cuda_stream, std::str
     case cuda::kErrPageSlot:
       msg = "kv.indptr: sequence " + n(rec.a) + ", logical page " + n(rec.b) + " maps to kv.indices[" + n(rec.c) +
             "], outside its " + n(rec.d) + " entries";
+      break;
+    case cuda::kErrVariantRow:
+      msg = "variant row " + n(rec.a) + ": spans [" + n(rec.b) + ", " + n(rec.c) + ") are not inside [0, " + n(rec.d) + ")";
+      break;
+    case cuda::kErrVariantSpan:
+      msg = "variant row " + n(rec.a) + ": variant.spans[" + n(rec.b) + "] = [" + n(rec.c) + ", " + n(rec.d) +
+            ") has a bad kind or range";
+      break;
+    case cuda::kErrPackedKey:
+      msg = "variant row " + n(rec.a) + ": packed key " + n(rec.b) + " has position or count " + n(rec.c) +
+            " (position outside the sequence's " + n(rec.d) + " keys, or count < 1)";
       break;
     case cuda::kErrQRow:
       msg = "q_rows[" + n(rec.a) + "]: query token " + n(rec.b) + " is outside [0, " + n(rec.c) + ")";

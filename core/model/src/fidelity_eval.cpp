@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <limits>
 
 #include "sieve/kernels/attention_args.hpp"
+#include "sieve/model/probe_host.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/fidelity.hpp"
 #include "sieve/util/error.hpp"
@@ -74,25 +74,15 @@ GreedyRun run_greedy(Engine& engine, const std::vector<std::vector<int32_t>>& pr
   return r;
 }
 
-// A host copy of one layer's resident cache (the store's view), for the reference.
-void host_view(const LayerProbe& p, runtime::HostPagedView* h) {
-  sieve_paged_kv view{};
-  if (sieve_status st = p.kv_api->view(p.kv, p.layer, p.seq_ids, p.batch, &view); st != SIEVE_OK)
-    fail(st, "eval: KV view of layer " + std::to_string(p.layer) + ": " + p.kv_api->last_error(p.kv));
-  runtime::copy_view_to_host(*p.services, view, h);
-}
-
 // One layer call measured against the f64 dense reference on the same inputs.
 void measure(const LayerProbe& p, const ModelConfig& c, AttentionFidelity* acc) {
   const int32_t n = p.qo_indptr_host[p.batch];
   if (n == 0) return;
   const int32_t hq = c.n_heads, hkv = c.n_kv_heads, hd = c.head_dim();
-  HostTensor q({n, hq, hd}, kF32), out({n, hq, hd}, kF32), qo({p.batch + 1}, kI32);
-  runtime::copy_to_host(*p.services, q.dl().data, *p.q, q.nbytes());
-  runtime::copy_to_host(*p.services, out.dl().data, *p.out, out.nbytes());
-  std::memcpy(qo.data<int32_t>(), p.qo_indptr_host, size_t(p.batch + 1) * 4);
-  runtime::HostPagedView hv;
-  host_view(p, &hv);
+  ProbeOnHost host;
+  probe_to_host(p, c, "eval", &host);
+  HostTensor &q = host.q, &out = host.out, &qo = host.qo;
+  runtime::HostPagedView& hv = host.cache;
   runtime::HostSelection sel;
   runtime::selection_to_host(p.runner->selection_used(p.layer), &sel);
 

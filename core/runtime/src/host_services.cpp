@@ -55,6 +55,7 @@ HostServices::HostServices(DLDevice device) : device_(device) {
   kernels_.hdr = SIEVE_HEADER_INIT(sieve_kernels);
   kernels_.attend = &HostServices::attend;
   kernels_.last_error = &HostServices::kernel_error;
+  kernels_.variants = SIEVE_VARIANT_KEY_SPANS;  // attend_cpu and attend_cuda both compute them
   table_.hdr = SIEVE_HEADER_INIT(sieve_host_services);
   table_.host_ctx = this;
   table_.alloc = &HostServices::alloc;

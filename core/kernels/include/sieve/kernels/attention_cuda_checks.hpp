@@ -32,7 +32,8 @@ sieve_status attend_cuda(const sieve_attention_args& args, const CudaAttentionOp
 
 // How attend_cuda would run `args`: which kernel family and how it splits the work.
 struct CudaAttentionPlan {
-  const char* kernel = "";  // "row-fma", "row-mma", "prefill-fma" or "prefill-mma"
+  const char* kernel = "";  // "row-fma", "row-mma", "prefill-fma", "prefill-mma", "variant-fma" or
+                            // "variant-mma"
   int kv_splits = 1;        // split-KV CTAs per (row, head unit); an upper bound for row-mma
   int heads_per_cta = 1;    // query heads that share each K/V load
 };
