@@ -4,7 +4,12 @@
 #include <cmath>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
+#include <map>
+
 #include "sieve/kernels/attention_args.hpp"
+#include "sieve/runtime/descriptor_names.hpp"
 #include "sieve/runtime/policy_hooks.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/status.hpp"
@@ -71,7 +76,8 @@ LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry,
       kv_api_(kv_api),
       chains_(std::move(chains)),
       options_(options),
-      timers_(services.table()) {
+      timers_(services.table()),
+      graphs_(geometry.n_layers) {
   for (auto& per_layer : chains_.chains) {
     require(per_layer.empty() || int32_t(per_layer.size()) == geometry_.n_layers,
             SIEVE_ERR_INVALID_ARGUMENT,
@@ -119,6 +125,44 @@ LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry,
   }
   served_.assign(chains_.instances.size(), {});
   snapshots_.assign(size_t(geometry_.n_layers), {});
+  for (int32_t L = 0; L < geometry_.n_layers; ++L) graph_eager_.push_back(graph_blocker(L));
+  graph_warm_.assign(size_t(geometry_.n_layers), 0);
+  options_.cuda_graphs = false;
+  set_cuda_graphs(options.cuda_graphs);
+}
+
+std::string LayerRunner::graph_blocker(int32_t layer) const {
+  if (geometry_.device.device_type != kDLCUDA) return "attention runs on " + device_name(geometry_.device);
+  if (!LayerGraphs::available()) return "this build has no CUDA";
+  std::string why;
+  for (size_t i : chains_.chain(layer, SIEVE_PHASE_DECODE)) {
+    const ResolvedInstance& inst = chains_.instances[i];
+    const uint32_t level = inst.plugin.descriptor()->cuda_graph;
+    std::string w;
+    if (level < SIEVE_CUDA_GRAPH_FULL)
+      w = "declares cuda_graph " + cuda_graph_name(level) +
+          (level == SIEVE_CUDA_GRAPH_STATIC_SHAPES
+               ? " (its launches follow the call's lengths, which every decode step changes; replaying "
+                 "a step needs full)"
+               : "");
+    else if (uses(int32_t(i), SIEVE_HOOK_OBSERVE))
+      w = "asks for page statistics (their buffers follow the page count)";
+    if (!w.empty()) why += (why.empty() ? "" : "; ") + ("plugin '" + std::string(inst.plugin.name()) + "' (instance " + inst.label + ") " + w);
+  }
+  return why;
+}
+
+void LayerRunner::set_cuda_graphs(bool on) {
+  options_.cuda_graphs = on;
+  if (!on || graph_reasons_logged_) return;
+  graph_reasons_logged_ = true;
+  // Once: each distinct reason with the layers it keeps eager.
+  std::map<std::string, std::vector<int32_t>> by_reason;
+  for (int32_t L = 0; L < geometry_.n_layers; ++L)
+    if (!graph_eager_[size_t(L)].empty()) by_reason[graph_eager_[size_t(L)]].push_back(L);
+  for (const auto& [why, layers] : by_reason)
+    spdlog::info("runtime: CUDA graphs: decode calls of {} of {} layers (first: {}) run eagerly: {}", layers.size(),
+                 geometry_.n_layers, layers.front(), why);
 }
 
 void LayerRunner::abandon_instances(sieve_status status, const std::string& message) {
@@ -273,24 +317,74 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     timers_.lap("host_us.append", step.L, mark);
     if ((st = view_layer(in, step, error)) != SIEVE_OK) return st;
     timers_.lap("host_us.view", step.L, mark);
-    if ((st = run_on_append(step, error)) != SIEVE_OK) return st;
-    timers_.lap("host_us.on_append", step.L, mark);
-    // 2. Selection: the chain starts dense; each select may rewrite it within its capacity.
-    if ((st = run_select(in, out, step, error)) != SIEVE_OK) return st;
-    timers_.lap("host_us.select", step.L, mark);
-    // 3. Attention: the chain's override, or the core kernel on the selection (+ observe).
-    if ((st = run_attend(in, out, step, error)) != SIEVE_OK) return st;
-    timers_.lap("host_us.attend", step.L, mark);
-    // 4. Corrections, in chain order; then the selection used, when recorded.
-    if ((st = run_correct(out, step, error)) != SIEVE_OK) return st;
-    if ((st = record_selection(step, error)) != SIEVE_OK) return st;
-    timers_.lap("host_us.correct", step.L, mark);
-    return SIEVE_OK;
+    const bool graphed = options_.cuda_graphs && in.phase == SIEVE_PHASE_DECODE && !options_.check &&
+                         !options_.record_selections && graph_eager_[size_t(step.L)].empty();
+    if (graphed) {
+      st = run_graphed(in, out, step, error);
+      timers_.lap("host_us.graph", step.L, mark);
+      return st;
+    }
+    return run_hooks(in, out, step, error);
   } catch (const Error& e) {
     return failed(e.status(), e.what());
   } catch (const std::exception& e) {
     return failed(SIEVE_ERR_INTERNAL, std::string("runtime: ") + e.what());
   }
+}
+
+sieve_status LayerRunner::run_hooks(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error) {
+  auto mark = timers_.start();
+  sieve_status st = SIEVE_OK;
+  if ((st = run_on_append(step, error)) != SIEVE_OK) return st;
+  timers_.lap("host_us.on_append", step.L, mark);
+  // 2. Selection: the chain starts dense; each select may rewrite it within its capacity.
+  if ((st = run_select(in, out, step, error)) != SIEVE_OK) return st;
+  timers_.lap("host_us.select", step.L, mark);
+  // 3. Attention: the chain's override, or the core kernel on the selection (+ observe).
+  if ((st = run_attend(in, out, step, error)) != SIEVE_OK) return st;
+  timers_.lap("host_us.attend", step.L, mark);
+  // 4. Corrections, in chain order; then the selection used, when recorded.
+  if ((st = run_correct(out, step, error)) != SIEVE_OK) return st;
+  if ((st = record_selection(step, error)) != SIEVE_OK) return st;
+  timers_.lap("host_us.correct", step.L, mark);
+  return SIEVE_OK;
+}
+
+sieve_status LayerRunner::run_graphed(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error) {
+  const int32_t L = step.L;
+  // A layer's first decode call runs eagerly: state the hooks and kernels create lazily (a
+  // memory pool, a kernel's shared-memory limit) is made outside a capture, where it is refused.
+  if (!graph_warm_[size_t(L)]) {
+    graph_warm_[size_t(L)] = 1;
+    return run_hooks(in, out, step, error);
+  }
+  // Buffers sized (and grown) now, outside the capture; the key holds their addresses.
+  prepare_selection(in, out, step);
+  graph_key(in, out, step);
+  sieve_status st = SIEVE_OK;
+  if (graphs_.replay(L, key_, services_.cuda_stream(), &st, error)) {
+    if (st == SIEVE_OK)
+      for (size_t ci : *step.chain) served_[ci].push_back(L);  // what run_on_append records for end_step
+    return st;
+  }
+  return graphs_.capture(L, key_, services_.cuda_stream(),
+                         [&](std::string* e) { return run_hooks(in, out, step, e); }, error);
+}
+
+void LayerRunner::graph_key(const LayerInputs& in, const DLTensor* out, const LayerStep& step) {
+  const sieve_paged_kv& v = step.view;
+  auto addr = [](const void* p) { return int64_t(reinterpret_cast<intptr_t>(p)); };
+  auto data = [&](const DLTensor* t) { return t ? addr(t->data) + int64_t(t->byte_offset) : int64_t(0); };
+  int32_t max_pages = 0;
+  for (int32_t b = 0; b < in.batch; ++b) max_pages = std::max(max_pages, kernels::kv_pages(v, b));
+  key_.clear();
+  key_.insert(key_.end(), {int64_t(in.batch), int64_t(step.n_new), data(in.q), data(in.q_pre_rope), data(in.k),
+                           data(in.v), data(in.k_pre_rope), data(in.qo_indptr), data(out), data(&v.k_pages),
+                           data(&v.v_pages), data(&v.k_pre_rope_pages), v.k_pages.shape[0], data(&v.indptr),
+                           data(&v.indices), v.indices.shape[0], data(&v.last_page_len), int64_t(max_pages),
+                           addr(sel_indptr_.get()), addr(sel_indices_.get()), step.capacity});
+  for (int32_t b = 0; b < in.batch; ++b) key_.push_back(in.seq_ids[b]);
+  for (int32_t b = 0; b <= in.batch; ++b) key_.push_back(in.qo_indptr_host[b]);
 }
 
 sieve_status LayerRunner::append_new(const LayerInputs& in, LayerStep& step, std::string* error) {
@@ -330,12 +424,8 @@ sieve_status LayerRunner::run_on_append(LayerStep& step, std::string* error) {
   return SIEVE_OK;
 }
 
-sieve_status LayerRunner::run_select(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error) {
-  auto failed = [&](sieve_status st, const std::string& msg) {
-    if (error) *error = msg;
-    return st;
-  };
-  const int32_t L = step.L, n_new = step.n_new;
+void LayerRunner::prepare_selection(const LayerInputs& in, DLTensor* out, LayerStep& step) {
+  const int32_t n_new = step.n_new;
   const sieve_paged_kv& view = step.view;
   int32_t max_pages = 0;
   for (int32_t b = 0; b < in.batch; ++b) max_pages = std::max(max_pages, kernels::kv_pages(view, b));
@@ -363,7 +453,17 @@ sieve_status LayerRunner::run_select(const LayerInputs& in, DLTensor* out, Layer
   step.args = kernels::make_attention_args(in.phase, geometry_.n_q_heads, geometry_.n_kv_heads, geometry_.head_dim,
                                            in.q, out, in.qo_indptr, in.qo_indptr_host, &step.view);
   step.args.selection = &sel;
+}
 
+sieve_status LayerRunner::run_select(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error) {
+  auto failed = [&](sieve_status st, const std::string& msg) {
+    if (error) *error = msg;
+    return st;
+  };
+  const int32_t L = step.L;
+  prepare_selection(in, out, step);
+  sieve_selection& sel = step.sel;
+  const int64_t capacity = step.capacity;
   for (size_t ci : *step.chain) {
     const int32_t i = int32_t(ci);
     const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();
