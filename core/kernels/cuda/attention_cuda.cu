@@ -39,8 +39,8 @@ constexpr int kMaxSplits = 256;
 constexpr int kMinPagesPerSplit = 8;  // below ~128 keys per split the combine costs more than it saves
 // Tensor-core row kernel splits (see mma_splits): 2 CTAs fit per SM (shared memory); a CTA costs
 // about kMmaCtaSetupKeys keys' worth of time to start (dependent loads of the page table and
-// selection, the first tiles); a split holds at least kMmaMinSplitKeys keys, decided per row on
-// the device, so a sparse row is not spread thinner than that.
+// selection, the first tiles); a row takes one split per kMmaMinSplitKeys keys begun, decided per
+// row on the device, so a sparse row is not spread much thinner than that.
 constexpr int kMmaCtasPerSm = 2;
 constexpr int kMmaCtaSetupKeys = 256;
 constexpr int kMmaMinSplitKeys = 256;
@@ -175,7 +175,7 @@ std::string misaligned_pages(const sieve_attention_args& a, const AttentionShape
 // (95.1 vs 77.6 us): every extra round pays the CTA setup again.
 int32_t mma_splits(int64_t ctas, int64_t keys, int64_t min_keys, int sm_count) {
   const int64_t resident = int64_t(kMmaCtasPerSm) * std::max(sm_count, 1);
-  const int64_t cap = std::clamp<int64_t>(keys / min_keys, 1, kMaxSplits);  // no split under min_keys keys
+  const int64_t cap = std::clamp<int64_t>((keys + min_keys - 1) / min_keys, 1, kMaxSplits);
   int32_t best = 1;
   double best_t = -1;
   for (int64_t s = 1; s <= cap; ++s) {

@@ -93,8 +93,8 @@ struct AttnParams {
   // split-KV (row kernel): partial outputs [n_splits, n_work, hq, d] and lse [n_splits, n_work, hq]
   int32_t n_splits;
   // Tensor-core row kernel: a (row, head unit) whose key list is shorter than n_splits *
-  // split_min_keys uses only max(1, keys / split_min_keys) of the splits, so no split holds fewer
-  // than split_min_keys keys; 0 = always n_splits.
+  // split_min_keys uses only ceil(keys / split_min_keys) of the splits (at least one), so a sparse
+  // selection is not spread thinner than this; 0 = always n_splits.
   int32_t split_min_keys;
   float* part_o;
   float* part_lse;

@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
   // Splits this row uses: from its own key count, decided here on the device (the host planned
   // n_splits from the longest dense row and never sees a selection's row lengths).
   int32_t n_used = p.n_splits;
-  if (p.split_min_keys > 0) n_used = max(1, min(p.n_splits, keys.n_keys / p.split_min_keys));
+  if (p.split_min_keys > 0) n_used = max(1, min(p.n_splits, ceil_div_d(keys.n_keys, p.split_min_keys)));
   if (p.split_used && split == 0 && tid == 0) p.split_used[int64_t(r) * units + unit] = n_used;
   if (split >= n_used) return;  // the row is short: the combine does not read this split
   const bool direct = n_used == 1;  // one split: out and lse are written here, no combine
