@@ -2,7 +2,8 @@
 // outputs of the same run done eagerly, step after step, over a ragged batch whose sequences
 // cross page boundaries at different steps (each one a new key: the call is captured again);
 // calls of chains at cuda_graph full are replayed, those of static_shapes chains run eagerly
-// with the reason said. Without a GPU only the reasons are checked (on the CPU).
+// with the reason said; a layer whose call changes at every step stops capturing. Without a GPU
+// only the reasons are checked (on the CPU).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -26,7 +27,7 @@ namespace {
 
 constexpr int32_t kLayers = 2, kHq = 8, kHkv = 2, kD = 128, kPage = 16;
 
-sieve_geometry geometry(DLDevice device) {
+sieve_geometry geometry(DLDevice device, int32_t max_batch = 4) {
   sieve_geometry g{};
   g.hdr = SIEVE_HEADER_INIT(sieve_geometry);
   g.n_layers = kLayers;
@@ -34,7 +35,7 @@ sieve_geometry geometry(DLDevice device) {
   g.n_kv_heads = kHkv;
   g.head_dim = kD;
   g.page_size = kPage;
-  g.max_batch = 4;
+  g.max_batch = max_batch;
   g.max_seq_len = 512;
   g.kv_dtype = kBF16;
   g.device = device;
@@ -102,14 +103,14 @@ struct DecodeRun {
   std::vector<std::string> reasons;
 };
 
-DecodeRun decode_run(HostServices& services, const std::string& chain, bool graphs, int steps) {
-  const sieve_geometry g = geometry(services.device());
+DecodeRun decode_run(HostServices& services, const std::string& chain, bool graphs, int steps,
+                     const std::vector<int32_t>& prompt = {37, 100, 5}) {  // pages start at different steps
+  const sieve_geometry g = geometry(services.device(), int32_t(prompt.size()));
   Session::Options o;
   o.runner.check = false;  // check mode copies to the host: never graphed
   o.runner.cuda_graphs = graphs;
   Session session(services, g, resolve(chain, g), o);
   LayerRunner& runner = session.runner();
-  const std::vector<int32_t> prompt = {37, 100, 5};  // every sequence crosses pages at its own steps
   const int32_t batch = int32_t(prompt.size());
   std::vector<int32_t> ids;
   for (int32_t b = 0; b < batch; ++b) ids.push_back(session.add_sequence());
@@ -215,6 +216,23 @@ TEST(LayerGraphs, CudaGraphedDecodeIsBitIdenticalToEager) {
       for (const auto& r : graphed.reasons) EXPECT_THAT(r, HasSubstr("declares cuda_graph static_shapes"));
     }
   }
+}
+
+TEST(LayerGraphs, ALayerWhoseCallChangesEveryStepStopsCapturing) {
+  // 16 sequences whose lengths differ mod 16: some sequence starts a page at every step, so every
+  // call has a new key. Per layer: call 1 eager, captures at calls 2-4 (the last two each within 4
+  // calls of the one before), eager from call 5 on with the reason; the outputs stay eager's.
+  if (cuda_devices() == 0) GTEST_SKIP() << "no CUDA device: this test runs on the GPU machine";
+  HostServices services(DLDevice{kDLCUDA, 0});
+  std::vector<int32_t> prompt;
+  for (int32_t b = 0; b < 16; ++b) prompt.push_back(40 + 17 * b);
+  const int steps = 12;
+  const DecodeRun eager = decode_run(services, "", false, steps, prompt);
+  const DecodeRun graphed = decode_run(services, "", true, steps, prompt);
+  for (int s = 0; s < steps; ++s) EXPECT_TRUE(eager.outputs[size_t(s)] == graphed.outputs[size_t(s)]) << "step " << s + 1;
+  EXPECT_EQ(graphed.counts.captures, uint64_t(kLayers) * 3);
+  EXPECT_EQ(graphed.counts.replays, 0u);
+  for (const auto& r : graphed.reasons) EXPECT_THAT(r, HasSubstr("capturing would cost more than replays save"));
 }
 
 TEST(LayerGraphs, AttentionOnTheCpuIsNeverGraphedAndSaysWhy) {

@@ -127,6 +127,8 @@ LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry,
   snapshots_.assign(size_t(geometry_.n_layers), {});
   for (int32_t L = 0; L < geometry_.n_layers; ++L) graph_eager_.push_back(graph_blocker(L));
   graph_warm_.assign(size_t(geometry_.n_layers), 0);
+  graph_since_capture_.assign(size_t(geometry_.n_layers), INT32_MAX);
+  graph_quick_recaptures_.assign(size_t(geometry_.n_layers), 0);
   options_.cuda_graphs = false;
   set_cuda_graphs(options.cuda_graphs);
 }
@@ -362,10 +364,31 @@ sieve_status LayerRunner::run_graphed(const LayerInputs& in, DLTensor* out, Laye
   prepare_selection(in, out, step);
   graph_key(in, out, step);
   sieve_status st = SIEVE_OK;
+  int32_t& since = graph_since_capture_[size_t(L)];
   if (graphs_.replay(L, key_, services_.cuda_stream(), &st, error)) {
     if (st == SIEVE_OK)
       for (size_t ci : *step.chain) served_[ci].push_back(L);  // what run_on_append records for end_step
+    if (since < INT32_MAX) ++since;
     return st;
+  }
+  // A capture costs ~0.1 ms (H200, docs/bench/policy.md) against the few microseconds a replay
+  // saves: a layer captured again within kQuickRecapture calls, kMaxQuickRecaptures times in a
+  // row, would spend more capturing than it saves, and runs eagerly from then on.
+  constexpr int32_t kQuickRecapture = 4, kMaxQuickRecaptures = 3;
+  int32_t& quick = graph_quick_recaptures_[size_t(L)];
+  quick = since < kQuickRecapture ? quick + 1 : 0;
+  since = 0;
+  if (quick >= kMaxQuickRecaptures) {
+    graph_eager_[size_t(L)] = "its call changed (pages added, another batch) " + std::to_string(quick) +
+                              " times in a row within " + std::to_string(kQuickRecapture) +
+                              " calls: capturing would cost more than replays save";
+    graphs_.release(L);
+    if (!graph_churn_logged_) {
+      graph_churn_logged_ = true;
+      spdlog::info("runtime: CUDA graphs: layer {} runs eagerly from step {}: {} (said once)", L, in.step,
+                   graph_eager_[size_t(L)]);
+    }
+    return run_hooks(in, out, step, error);
   }
   return graphs_.capture(L, key_, services_.cuda_stream(),
                          [&](std::string* e) { return run_hooks(in, out, step, e); }, error);

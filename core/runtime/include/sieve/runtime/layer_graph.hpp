@@ -48,6 +48,9 @@ class LayerGraphs {
   sieve_status capture(int32_t layer, const std::vector<int64_t>& key, void* stream,
                        const std::function<sieve_status(std::string*)>& work, std::string* error);
 
+  // Drops layer L's graph (its calls run eagerly from now on; the caller stops asking).
+  void release(int32_t layer) { drop(layers_.at(size_t(layer))); }
+
   struct Counts {
     uint64_t replays = 0;    // calls served by a replay
     uint64_t captures = 0;   // calls captured (a new key)

@@ -20,7 +20,9 @@
 // key (O(batch) host data) is unchanged, so a step within a page does no per-hook host work and
 // no per-kernel launch. A layer that cannot (a chain below FULL, page statistics, check mode, a
 // step that records its selection) runs eagerly; graph_eager_reason says why, and the reasons
-// are logged once when graphs are turned on.
+// are logged once when graphs are turned on. A layer whose key changes at nearly every call (a
+// ragged batch where some sequence starts a page every step) stops capturing and runs eagerly:
+// a capture costs far more than a replay saves.
 #pragma once
 #include <array>
 #include <climits>
@@ -174,8 +176,12 @@ class LayerRunner {
   LayerGraphs graphs_;
   std::vector<std::string> graph_eager_;  // per layer, decode: why no graph ("": replayable)
   std::vector<uint8_t> graph_warm_;       // per layer: a decode call ran eagerly already
+  // Per layer: calls since its last capture, and captures in a row that came soon after the one
+  // before (a key that changes nearly every call: run_graphed gives up on the layer).
+  std::vector<int32_t> graph_since_capture_, graph_quick_recaptures_;
   std::vector<int64_t> key_;
   bool graph_reasons_logged_ = false;
+  bool graph_churn_logged_ = false;
 };
 
 }  // namespace sieve::runtime
