@@ -34,8 +34,9 @@ struct Shape {
   bool prefill() const { return phase == SIEVE_PHASE_PREFILL; }
   int32_t n_fill() const { return prefill() ? ctx - n_new : ctx; }
   int32_t pages_per_seq() const { return kernels::ceil_div(ctx + extra, page) + 1; }
-  // Decode on CUDA times the steps twice: eagerly, then with the runner's CUDA graphs on.
-  bool graph_steps() const { return !prefill() && device.device_type == kDLCUDA; }
+  // Decode on CUDA times the steps twice: eagerly, then with the runner's CUDA graphs on (not
+  // with --check: check mode's host copies keep every call eager).
+  bool graph_steps() const { return !prefill() && device.device_type == kDLCUDA && !check; }
   // Tokens each sequence gains in the timed calls (warm-up + steps per pass, + the recorded step).
   int32_t decode_growth(int32_t warmup, int32_t steps) const {
     return prefill() ? 0 : (graph_steps() ? 2 : 1) * (warmup + steps) + 1;
