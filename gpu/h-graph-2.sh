@@ -5,7 +5,7 @@
 # (suite cases .../minkeys64), to see whether finer splits cut the fixed cost. Builds only what it
 # runs (this tree; the baseline is call 1's suite.log, same GPU type), then the attention tests,
 # memcheck on the tensor-core decode tests, the graph test, and the suite cases.
-# Logs under $OUT: build.log, tests.log, memcheck.log, suite.log.
+# Logs under $OUT: build.log, tests.log, memcheck.log, suite.log, timers.{log,json}.
 set -uo pipefail
 OUT=${OUT:?}
 export LD_LIBRARY_PATH="$PWD/.devdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -30,3 +30,9 @@ stamp "sieve_runner_test LayerGraphs rc=$?"
 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $B/bin/cuda_test \
   --gtest_filter='AttentionCudaTensorCores.Decode*' --gtest_brief=1 > "$OUT/memcheck.log" 2>&1
 stamp "memcheck rc=$?"
+# Where a replayed step's time goes on the host (batch 1 x 32K, dense): SIEVE_HOST_TIMERS=1 makes
+# the runner report host_us.append / view / graph (the key and cudaGraphLaunch) as metrics (the
+# append and view means cover both passes, eager and graphed).
+SIEVE_HOST_TIMERS=1 timeout 60 $B/bin/sieve_bench --policy --phase decode --layers 1 --hq 32 --hkv 8 --d 128 --page 16 \
+  --dtype bf16 --ctx 32768 --batch 1,16 --json="$OUT/timers.json" > "$OUT/timers.log" 2>&1
+stamp "policy with host timers rc=$?"
