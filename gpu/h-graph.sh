@@ -2,7 +2,7 @@
 # h-graph (issue 20) on the GPU machine, one call, from the repository root:
 #   1. build this tree (bench/device_all.sh --fresh --no-tests: everything, tests included, into
 #      build-device-all) and, beside it, a baseline tree = this tree with gpu/h-graph-base.patch
-#      reversed (main's split planning in core/kernels) building sieve_bench only;
+#      reversed (= main at the last merge: git diff main..HEAD outside gpu/ and docs/) building sieve_bench only;
 #   2. the CUDA tests touched: LayerRunner's CUDA graphs (bit-identical to eager), the attention
 #      kernels (f64 reference), the CUDA store, the policy bench's CUDA smoke test;
 #   3. the policy bench, dense, 32q/8kv d128 bf16 page 16, 1 layer, ctx 32K/128K x batch 1/16,
