@@ -43,8 +43,8 @@ constexpr int kMaxSplits = 256;
 constexpr int kMinPagesPerSplit = 8;  // below ~128 keys per split the combine costs more than it saves
 // Tensor-core row kernel splits (see mma_splits): 2 CTAs fit per SM (shared memory); a CTA costs
 // about kMmaCtaSetupKeys keys' worth of time to start (dependent loads of the page table and
-// selection, the first tiles); a split holds at least kMmaMinSplitKeys keys, decided per row on
-// the device, so a sparse row is not spread thinner than that.
+// selection, the first tiles); a row takes one split per kMmaMinSplitKeys keys begun, decided per
+// row on the device, so a sparse row is not spread much thinner than that.
 constexpr int kMmaCtasPerSm = 2;
 constexpr int kMmaCtaSetupKeys = 256;
 constexpr int kMmaMinSplitKeys = 256;
@@ -234,20 +234,19 @@ Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int
   else max_hg = cuda::kMaxHeadsPerCta;
   p.hg = per_q_head ? 1 : std::min(s.group, max_hg);
   p.chunks = (s.group + p.hg - 1) / p.hg;
-  int32_t max_len = 0;
-  for (int32_t b = 0; b < s.batch; ++b) {
-    p.max_pages = std::max(p.max_pages, kv_pages(*a.kv, b));
-    max_len = std::max(max_len, kv_len(*a.kv, b));
-  }
+  for (int32_t b = 0; b < s.batch; ++b) p.max_pages = std::max(p.max_pages, kv_pages(*a.kv, b));
   if (p.row_path) {
     p.n_work = s.q_rows >= 0 ? int32_t(s.q_rows) : s.n_q_tokens;
     const int64_t ctas = int64_t(p.n_work) * s.hkv * p.chunks;
     if (o.kv_splits > 0) {
       p.splits = std::min(o.kv_splits, kMaxSplits);
     } else if (p.mma) {
-      // An upper bound from the longest dense row; each row uses what its key list needs.
+      // An upper bound from the longest dense row, counted in whole pages so that the plan
+      // changes only when a page is added: a decode step replayed from a CUDA graph within a
+      // page runs the plan an eager call would (LayerRunner's graphs key on the page counts).
+      // Each row uses what its key list needs.
       const int64_t min_keys = o.split_min_keys > 0 ? o.split_min_keys : kMmaMinSplitKeys;
-      p.splits = mma_splits(ctas, max_len, min_keys, sm_count);
+      p.splits = mma_splits(ctas, int64_t(p.max_pages) * s.page_size, min_keys, sm_count);
       p.split_min_keys = int32_t(min_keys);
     } else {
       // Enough CTAs for ~4 per SM; no split shorter than kMinPagesPerSplit pages.
@@ -399,16 +398,19 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   const size_t lse_scratch = stats && !p.lse ? size_t(s.n_q_tokens) * s.hq : 0;
   const bool stats_from_logits = stats && plan.row_path && plan.mma;
   size_t logits = stats_from_logits ? size_t(s.nnz_pages) * s.page_size * s.hq : 0;
-  const size_t logits_at = (part_o + part_lse + lse_scratch + 3) / 4 * 4;  // 16-byte aligned (paired stores)
+  // The splits each (row, head unit) used (AttnParams::split_used), stored as int32 in a float slot.
+  const size_t used = p.split_min_keys > 0 ? size_t(plan.n_work) * s.hkv * plan.chunks : 0;
+  const size_t used_at = part_o + part_lse + lse_scratch;
+  const size_t logits_at = (used_at + used + 3) / 4 * 4;  // 16-byte aligned (paired stores)
   Scratch scratch(st->pool, stream);
   float* ws = nullptr;
-  cudaError_t alloc = scratch.get((logits ? logits_at + logits : part_o + part_lse + lse_scratch) * sizeof(float), &ws);
+  cudaError_t alloc = scratch.get((logits ? logits_at + logits : used_at + used) * sizeof(float), &ws);
   if (alloc == cudaErrorMemoryAllocation && logits) {
     // No room for the logits (4 bytes per token and query head): the statistics then take the
     // second pass over K, which needs no scratch.
     cudaGetLastError();
     logits = 0;
-    alloc = scratch.get((part_o + part_lse + lse_scratch) * sizeof(float), &ws);
+    alloc = scratch.get((used_at + used) * sizeof(float), &ws);
   }
   if (alloc != cudaSuccess)
     return fail(error, alloc == cudaErrorMemoryAllocation ? SIEVE_ERR_OUT_OF_MEMORY : SIEVE_ERR_DEVICE,
@@ -418,6 +420,7 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
     p.part_lse = ws + part_o;
   }
   if (lse_scratch) p.lse_all = ws + part_o + part_lse;
+  if (used) p.split_used = reinterpret_cast<int32_t*>(ws + used_at);
   if (logits) p.logits = ws + logits_at;
 
   if (stats && s.nnz_pages > 0) {

@@ -95,12 +95,16 @@ struct AttnParams {
   int32_t chunks;
   // split-KV (row kernel): partial outputs [n_splits, n_work, hq, d] and lse [n_splits, n_work, hq]
   int32_t n_splits;
-  // Tensor-core row kernel: a row whose key list is shorter than n_splits * split_min_keys uses
-  // only ceil(keys / split_min_keys) of the splits (the others write an empty partial state), so a
-  // sparse selection is not spread thinner than this; 0 = always n_splits.
+  // Tensor-core row kernel: a (row, head unit) whose key list is shorter than n_splits *
+  // split_min_keys uses only ceil(keys / split_min_keys) of the splits (at least one), so a sparse
+  // selection is not spread thinner than this; 0 = always n_splits.
   int32_t split_min_keys;
   float* part_o;
   float* part_lse;
+  // With split_min_keys and n_splits > 1: the splits each (row, head unit) used,
+  // [n_work, hkv * chunks], written by its split 0. The combine merges only those; a row that used
+  // one split was written (out, lse) by the row kernel itself and the combine leaves it alone.
+  int32_t* split_used;
   // page statistics
   int32_t stats_h;  // page_mass columns: hkv or 1
   float* page_mass;

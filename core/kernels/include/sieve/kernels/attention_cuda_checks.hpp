@@ -22,7 +22,8 @@ struct CudaAttentionOptions {
   // and head_dim 8 always take them).
   bool tensor_cores = true;
   // Tensor-core row kernel with automatic splits: a row whose key list (dense keys, or selected
-  // pages) is short uses one split per this many keys, at most kv_splits. 0 = the default (256).
+  // pages) is short uses one split per this many keys begun (at most kv_splits); a row that takes
+  // one split skips the combine. 0 = the default (256).
   int split_min_keys = 0;
 };
 
