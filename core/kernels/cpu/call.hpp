@@ -53,6 +53,8 @@ struct Call {
   int max_pages = 0;                   // pages of the longest sequence
   bool gemm = false;                   // BLAS allowed for this call's prefill tiles
   CpuIsa decode_isa = CpuIsa::kPortable;  // decode rows: SIMD kernel (decode_rows.hpp) or loops
+  CpuIsa prefill_isa = CpuIsa::kPortable;  // prefill tiles: SIMD kernel (prefill_rows.hpp), or
+                                           // BLAS / loops
   bool prefetch = true;                   // ... with software prefetch
   int n_splits = 1;
 
@@ -122,6 +124,7 @@ inline void grow(std::vector<T>& v, size_t n) {
 
 struct Scratch {
   std::vector<float> qf, acc, m, l, s, kf, vf, row, pmax;
+  std::vector<float> kt, alpha;  // the SIMD prefill tile's transposed keys, rescale factors
   std::vector<int32_t> pages, kpos, qpos, lim, page_tokens;
   std::vector<int64_t> slabs;
   std::vector<float> simd;  // the SIMD decode kernel's scratch, 64-byte aligned inside

@@ -3,6 +3,7 @@
 
 #include "call.hpp"
 #include "decode_rows.hpp"
+#include "prefill_rows.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::kernels::cpu {
@@ -11,20 +12,37 @@ namespace {
 constexpr int kMinPagesPerSplit = 8;
 constexpr int kMaxSplits = 64;
 
-// The decode kernel for `allowed` (validated as available) and the call: the widest allowed that
-// takes its dtypes and whose vector width divides its head dim.
+// The instruction sets `allowed` (validated as available) lets a call use.
+struct IsaSet {
+  bool avx512_bf16, avx512, avx2;
+};
+IsaSet isa_set(CpuIsa allowed) {
+  auto permits = [&](CpuIsa isa) {
+    return allowed == isa || (allowed == CpuIsa::kAuto && cpu_isa_available(isa));
+  };
+  IsaSet s;
+  s.avx512_bf16 = permits(CpuIsa::kAvx512Bf16);
+  s.avx512 = s.avx512_bf16 || permits(CpuIsa::kAvx512);
+  s.avx2 = s.avx512 || permits(CpuIsa::kAvx2);
+  return s;
+}
+
+// The decode kernel for `allowed` and the call: the widest allowed that takes its dtypes and
+// whose vector width divides its head dim.
 CpuIsa decode_isa(CpuIsa allowed, const AttentionShape& s, DLDataType q_dt, DLDataType kv_dt) {
-  const int32_t d = s.d;
-  const bool bf16 = allowed == CpuIsa::kAvx512Bf16 ||
-                    (allowed == CpuIsa::kAuto && cpu_isa_available(CpuIsa::kAvx512Bf16));
-  const bool avx512 = bf16 || allowed == CpuIsa::kAvx512 ||
-                      (allowed == CpuIsa::kAuto && cpu_isa_available(CpuIsa::kAvx512));
-  const bool avx2 = avx512 || allowed == CpuIsa::kAvx2 ||
-                    (allowed == CpuIsa::kAuto && cpu_isa_available(CpuIsa::kAvx2));
+  const IsaSet set = isa_set(allowed);
   const bool all_bf16 = q_dt.code == kDLBfloat && kv_dt.code == kDLBfloat;
-  if (bf16 && all_bf16 && d % 32 == 0) return CpuIsa::kAvx512Bf16;
-  if (avx512 && d % 16 == 0) return CpuIsa::kAvx512;
-  if (avx2 && d % 8 == 0) return CpuIsa::kAvx2;
+  if (set.avx512_bf16 && all_bf16 && s.d % 32 == 0) return CpuIsa::kAvx512Bf16;
+  if (set.avx512 && s.d % 16 == 0) return CpuIsa::kAvx512;
+  if (set.avx2 && s.d % 8 == 0) return CpuIsa::kAvx2;
+  return CpuIsa::kPortable;
+}
+
+// The prefill kernel likewise (f32 products whatever the storage: no bf16-dot variant).
+CpuIsa prefill_isa(CpuIsa allowed, const AttentionShape& s) {
+  const IsaSet set = isa_set(allowed);
+  if (set.avx512 && s.d % 16 == 0) return CpuIsa::kAvx512;
+  if (set.avx2 && s.d % 8 == 0) return CpuIsa::kAvx2;
   return CpuIsa::kPortable;
 }
 
@@ -34,13 +52,14 @@ Scratch& Scratch::for_call(const Call& c) {
   static thread_local Scratch w;
   const size_t rows = size_t(c.tile_rows), d = size_t(c.s.d);
   const size_t keys = size_t(c.pages_per_tile) * size_t(c.s.page_size);
+  const size_t keys_padded = (keys + kPrefillKeyAlign - 1) / kPrefillKeyAlign * kPrefillKeyAlign;
   grow(w.qf, rows * d);
   grow(w.acc, rows * d);
   grow(w.m, rows);
   grow(w.l, rows);
   grow(w.lim, rows);
   grow(w.qpos, rows);
-  grow(w.s, rows * keys);
+  grow(w.s, rows * keys_padded);
   grow(w.kf, keys * d);
   grow(w.vf, keys * d);
   grow(w.kpos, keys);
@@ -51,6 +70,10 @@ Scratch& Scratch::for_call(const Call& c) {
     grow(w.slabs, size_t(std::max(c.max_pages, 1)));
     grow(w.page_tokens, size_t(std::max(c.max_pages, 1)));
     grow(w.simd, size_t(decode_scratch_floats(c.tile_rows)) + 16);
+  }
+  if (c.prefill_isa != CpuIsa::kPortable) {
+    grow(w.kt, keys_padded * d);
+    grow(w.alpha, rows);
   }
   return w;
 }
@@ -94,13 +117,19 @@ void bind(const sieve_attention_args& a, const CpuAttentionOptions& opt, CallBuf
   for (int32_t b = 0; b < s.batch; ++b) c.max_pages = std::max(c.max_pages, c.pages(b));
 
   const int nh = !s.dense && s.sel_heads == SIEVE_SEL_PER_Q_HEAD ? 1 : s.group;
-  c.gemm = opt.use_blas && s.prefill && s.d >= kBlasMinHeadDim;
   c.decode_isa = s.prefill ? CpuIsa::kPortable : decode_isa(opt.isa, s, c.q_dt, c.kv_dt);
+  c.prefill_isa = s.prefill ? prefill_isa(opt.isa, s) : CpuIsa::kPortable;
+  c.gemm = opt.use_blas && s.prefill && c.prefill_isa == CpuIsa::kPortable &&
+           s.d >= kBlasMinHeadDim;
   c.prefetch = opt.prefetch;
   c.pages_per_tile = s.prefill ? std::max(1, kTileKeys / s.page_size) : 1;
   const int64_t tile_keys = int64_t(c.pages_per_tile) * s.page_size;
+  // The SIMD kernel's tile is bounded by L2 (its scores, keys, values and accumulators), the
+  // loops' and BLAS's by kGemmMaxWork.
   const int rows_cap =
-      int(std::clamp<int64_t>(kGemmMaxWork / (tile_keys * s.d), kBlasMinRows, kMaxTileRows));
+      c.prefill_isa != CpuIsa::kPortable
+          ? kMaxTileRows
+          : int(std::clamp<int64_t>(kGemmMaxWork / (tile_keys * s.d), kBlasMinRows, kMaxTileRows));
   c.tile_rows = (s.prefill ? std::max(1, rows_cap / nh) : 1) * nh;
 }
 

@@ -1,8 +1,9 @@
 // CPU paged attention, one work item: online softmax (flash-style) with f32 accumulation over
-// the item's K/V pages. Prefill tiles gather a few pages of keys and, when the tile is big
-// enough, run Q·Kᵀ and P·V with cblas_sgemm; decode items go through the SIMD decode kernel
-// (decode_rows.hpp) where the CPU has one, and small tiles use vectorizable loops over
-// contiguous floats. A split decode item leaves its partial softmax state for merge_unit.
+// the item's K/V pages. Decode items go through the SIMD decode kernel (decode_rows.hpp) and
+// prefill tiles through the SIMD prefill kernel (prefill_rows.hpp) where the CPU has one; else
+// prefill tiles gather a few pages of keys and, when the tile is big enough, run Q·Kᵀ and P·V
+// with cblas_sgemm, and small tiles use vectorizable loops over contiguous floats. A split
+// decode item leaves its partial softmax state for merge_unit.
 #include <cblas.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "call.hpp"
 #include "cpu_loops.hpp"
 #include "decode_rows.hpp"
+#include "prefill_rows.hpp"
 
 namespace sieve::kernels::cpu {
 namespace {
@@ -124,6 +126,64 @@ void decode_simd(const Call& c, const Item& it, int32_t token, const int32_t* pa
 }
 
 
+// The tile's keys for the SIMD prefill kernel, as f32: K transposed into w.kt [d, nkp] (0 past
+// nk), V as rows into w.vf [nk, d], positions into w.kpos. Returns nk; nkp into *nkp.
+int gather_keys_transposed(const Call& c, const Item& it, const int32_t* pages, int n_pages,
+                           Scratch& w, int* nkp) {
+  const int d = c.s.d;
+  int nk = 0;
+  for (int u = 0; u < n_pages; ++u) nk += c.page_tokens(it.b, pages[u]);
+  const int np = (nk + kPrefillKeyAlign - 1) / kPrefillKeyAlign * kPrefillKeyAlign;
+  float* kt = w.kt.data();
+  float* row = w.row.data();
+  int j = 0;
+  for (int u = 0; u < n_pages; ++u) {
+    const int n = c.page_tokens(it.b, pages[u]);
+    const int64_t o = c.slab(it.b, pages[u], it.g);
+    load_rows(c.v, c.kv_dt, o, n, d, c.s.pages.token, w.vf.data() + int64_t(j) * d);
+    for (int t = 0; t < n; ++t, ++j) {
+      load_run(c.k, c.kv_dt, o + int64_t(t) * c.s.pages.token, d, 1.f, row);
+      for (int i = 0; i < d; ++i) kt[int64_t(i) * np + j] = row[i];
+      w.kpos[j] = pages[u] * c.s.page_size + t;
+    }
+  }
+  for (int i = 0; i < d; ++i) std::fill(kt + int64_t(i) * np + nk, kt + int64_t(i + 1) * np, 0.f);
+  *nkp = np;
+  return nk;
+}
+
+// A prefill item's pages through the SIMD kernel, a key tile at a time: the state (w.m, w.l,
+// w.acc, freshly initialised) of its M rows (token-major, nh heads per token) continues over
+// pages[0, n).
+void prefill_simd(const Call& c, const Item& it, const int32_t* pages, int32_t n, int M,
+                  Scratch& w) {
+  PrefillTile t;
+  t.q = w.qf.data();
+  t.rows = M;
+  t.d = c.s.d;
+  t.kt = w.kt.data();
+  t.v = w.vf.data();
+  t.visible = w.lim.data();
+  t.s = w.s.data();
+  t.alpha = w.alpha.data();
+  t.m = w.m.data();
+  t.l = w.l.data();
+  t.acc = w.acc.data();
+  for (int32_t v = 0; v < n; v += c.pages_per_tile) {
+    t.nk = gather_keys_transposed(c, it, pages + v, std::min(c.pages_per_tile, n - v), w, &t.nkp);
+    for (int r = 0; r < M; ++r) {  // causal: the keys at or before the row's position
+      const int32_t qpos = w.qpos[r / it.nh];
+      int vis = t.nk;
+      while (vis > 0 && w.kpos[vis - 1] > qpos) --vis;
+      w.lim[r] = vis;
+    }
+#ifdef SIEVE_X86_DECODE
+    if (c.prefill_isa == CpuIsa::kAvx512) prefill_tile_avx512(t);
+    else prefill_tile_avx2(t);
+#endif
+  }
+}
+
 }  // namespace
 
 void run_item(const Call& c, const Item& it, const int32_t* tokens, Scratch& w) {
@@ -156,6 +216,8 @@ void run_item(const Call& c, const Item& it, const int32_t* tokens, Scratch& w) 
   float* sc = w.s.data();
   if (c.decode_isa != CpuIsa::kPortable) {  // decode: one token, every key of the pages visible
     decode_simd(c, it, toks[0], pages + v_begin, v_end - v_begin, w);
+  } else if (c.prefill_isa != CpuIsa::kPortable) {
+    prefill_simd(c, it, pages + v_begin, v_end - v_begin, M, w);
   } else {
     for (int32_t v = v_begin; v < v_end; v += c.pages_per_tile) {
       const KeyTile t = gather_keys(c, it, pages + v, std::min(c.pages_per_tile, v_end - v), w);

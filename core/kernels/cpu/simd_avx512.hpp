@@ -1,5 +1,5 @@
-// The AVX-512 vector type of the decode kernel (decode_loop.hpp): 16 floats. For translation
-// units compiled with -mavx512f -mavx512bw -mfma -mf16c only; it sits in their anonymous
+// The AVX-512 vector type of the decode and prefill kernels (decode_loop.hpp, prefill_loop.hpp):
+// 16 floats. For translation units compiled with -mavx512f -mavx512bw -mfma -mf16c only; it sits in their anonymous
 // namespace, so nothing built from it is shared with code compiled for other CPUs.
 #pragma once
 #include <immintrin.h>
@@ -17,6 +17,9 @@ struct Avx512 {
   static constexpr int kDimBlock = 4;  // 4 heads x 4 vectors of accumulators, 4 of values
   // keys per pass of the scores: 4 x 4 accumulators, 4 q and 8 k vectors (bf16 pairs)
   static constexpr int kScoreKeys = 4;
+  // prefill blocks (prefill_loop.hpp): scores 4 rows x 4 key vectors, P.V 4 rows x 4 dim vectors
+  static constexpr int kPrefillScoreRows = 4, kPrefillKeyVectors = 4;
+  static constexpr int kPrefillAccRows = 4, kPrefillDimVectors = 4;
 
   static F zero() { return _mm512_setzero_ps(); }
   static F set1(float x) { return _mm512_set1_ps(x); }
@@ -25,6 +28,7 @@ struct Avx512 {
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F max(F a, F b) { return _mm512_max_ps(a, b); }
   static float hsum(F x) { return _mm512_reduce_add_ps(x); }
   static float hmax(F x) { return _mm512_reduce_max_ps(x); }
 
