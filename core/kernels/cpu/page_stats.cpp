@@ -16,15 +16,26 @@ void page_mass_sweep(const Call& c, int32_t b, int32_t g_begin, int32_t g_end, i
   float* pmax = w.pmax.data();
   std::fill_n(pmax, len, 0.f);
   if (!c.row_mask || c.row_mask[token]) {
-    float* qf = w.qf.data();
+    // The heads of a KV head that visit the same pages (all of them, unless selections are per
+    // query head) share one pass: each page's keys are read and converted once for all of them,
+    // not once per head. max is exact, so the order of the heads changes no bit.
+    const int nh = !c.s.dense && c.s.sel_heads == SIEVE_SEL_PER_Q_HEAD ? 1 : c.s.group;
+    float* qf = w.qf.data();  // [nh, d]: the live heads' scaled queries
+    float* lse = w.m.data();  // [nh]: their lse
     float* sc = w.s.data();
     int32_t* pages = w.pages.data();
     for (int32_t g = g_begin; g < g_end; ++g) {
-      for (int32_t h = g * c.s.group; h < (g + 1) * c.s.group; ++h) {
-        const float lse = c.lse_all[int64_t(token) * c.s.hq + h];
-        if (lse == kNegInf) continue;  // attended nothing
-        load_run(c.q, c.q_dt, (int64_t(token) * c.s.hq + h) * d, d, c.s.scale, qf);
-        const int32_t n = visit_pages(c, b, c.row(b, 0, h), len - 1, pages);
+      for (int32_t h0 = g * c.s.group; h0 < (g + 1) * c.s.group; h0 += nh) {
+        int live = 0;
+        for (int32_t h = h0; h < h0 + nh; ++h) {
+          const float l = c.lse_all[int64_t(token) * c.s.hq + h];
+          if (l == kNegInf) continue;  // attended nothing
+          load_run(c.q, c.q_dt, (int64_t(token) * c.s.hq + h) * d, d, c.s.scale,
+                   qf + int64_t(live) * d);
+          lse[live++] = l;
+        }
+        if (live == 0) continue;
+        const int32_t n = visit_pages(c, b, c.row(b, 0, h0), len - 1, pages);
         for (int32_t u = 0; u < n; ++u) {
           const int nt = c.page_tokens(b, pages[u]);
           const int64_t o = c.slab(b, pages[u], g);
@@ -33,9 +44,11 @@ void page_mass_sweep(const Call& c, int32_t b, int32_t g_begin, int32_t g_end, i
             load_rows(c.k, c.kv_dt, o, nt, d, c.s.pages.token, w.kf.data());
             kt = w.kf.data();
           }
-          score_row(qf, kt, nt, d, sc);
           float* pm = pmax + int64_t(pages[u]) * c.s.page_size;
-          for (int i = 0; i < nt; ++i) pm[i] = std::max(pm[i], std::exp(sc[i] - lse));
+          for (int r = 0; r < live; ++r) {
+            score_row(qf + int64_t(r) * d, kt, nt, d, sc);
+            for (int i = 0; i < nt; ++i) pm[i] = std::max(pm[i], std::exp(sc[i] - lse[r]));
+          }
         }
       }
     }
