@@ -237,7 +237,7 @@ void print_summary(const Report& r, std::FILE* f) {
     for (const auto& [shape, e] : r.sdpa)
       std::fprintf(f, "  %-44s %10.1f us  %s\n", shape.c_str(), e.best_ms * 1e3, e.best_variant.c_str());
   }
-  std::fprintf(f, "\nTargets (issues 4 and 20):\n");
+  std::fprintf(f, "\nTargets (issues 4, 20 and 24):\n");
   for (const Target& t : targets(r)) {
     if (t.criterion == "report") {
       std::fprintf(f, "  [info]    %s: %s (%s)\n", t.name.c_str(), t.measured.c_str(), t.where.c_str());
