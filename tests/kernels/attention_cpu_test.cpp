@@ -385,7 +385,7 @@ TEST(AttentionCpuPrefill, ThreadCountDoesNotChangeTheResult) {
 // ---- prefill, each instruction set forced -----------------------------------------------------
 // The SIMD tile kernel (prefill_rows.hpp): register blocks of 4 (AVX2: 2) rows and of 2-4 key /
 // dim vectors with their remainders, key tiles padded to 16 and cut by the causal diagonal, row
-// tiles of at most 128 rows (130 new tokens x 1 head: two), every head bundle of a GQA group.
+// tiles of at most 256 rows (130 new tokens x 8 heads: five), every head bundle of a GQA group.
 
 class AttentionCpuPrefillIsa : public AttentionCpuDecodeIsa {};
 

@@ -24,6 +24,9 @@ constexpr int64_t kGemmMaxWork = int64_t(1) << 18;
 constexpr int kBlasMinRows = 16;
 constexpr int kBlasMinHeadDim = 32;
 constexpr int kMaxTileRows = 128;
+// The SIMD prefill kernel's rows per tile: each key tile it gathers (and widens) serves this many
+// rows; q, accumulators, scores, keys and values of a tile (~420 KiB at head dim 128) stay in L2.
+constexpr int kSimdTileRows = 256;
 
 // ---- the call, read-only inside the parallel regions -----------------------------------------
 

@@ -60,7 +60,7 @@ Scratch& Scratch::for_call(const Call& c) {
   grow(w.lim, rows);
   grow(w.qpos, rows);
   grow(w.s, rows * keys_padded);
-  grow(w.kf, keys * d);
+  grow(w.kf, keys_padded * d);
   grow(w.vf, keys * d);
   grow(w.kpos, keys);
   grow(w.row, d);
@@ -128,7 +128,7 @@ void bind(const sieve_attention_args& a, const CpuAttentionOptions& opt, CallBuf
   // loops' and BLAS's by kGemmMaxWork.
   const int rows_cap =
       c.prefill_isa != CpuIsa::kPortable
-          ? kMaxTileRows
+          ? kSimdTileRows
           : int(std::clamp<int64_t>(kGemmMaxWork / (tile_keys * s.d), kBlasMinRows, kMaxTileRows));
   c.tile_rows = (s.prefill ? std::max(1, rows_cap / nh) : 1) * nh;
 }

@@ -1,6 +1,7 @@
 // The CPU prefill kernel, written once over a vector type V (prefill_avx512.cpp and
 // prefill_avx2.cpp supply it and compile this with their -m flags; see decode_loop.hpp for why
 // nothing here may be shared with other translation units). One tile (prefill_rows.hpp):
+//   0. the keys transposed in W x W register blocks;
 //   1. scores S = Q·Kᵀ: blocks of R rows x C vectors of keys held in registers; per dim, C key
 //      vectors are loaded from the transposed tile and each row's q element is broadcast, so a
 //      block is R x C independent FMA chains (the outer-product form of a GEMM micro-kernel);
@@ -128,7 +129,10 @@ inline void for_row_blocks(int rows, Block block, One one) {
 
 template <class V>
 void prefill_tile(const PrefillTile& t) {
-  constexpr int RS = V::kPrefillScoreRows, RA = V::kPrefillAccRows;
+  constexpr int RS = V::kPrefillScoreRows, RA = V::kPrefillAccRows, W = V::W;
+  for (int j = 0; j < t.nkp; j += W)
+    for (int i = 0; i < t.d; i += W)
+      V::transpose(t.k + int64_t(j) * t.d + i, t.d, t.kt + int64_t(i) * t.nkp + j, t.nkp);
   for_row_blocks<RS>(
       t.rows, [&](int r) { prefill_scores_rows<V, RS>(t, r); },
       [&](int r) { prefill_scores_rows<V, 1>(t, r); });

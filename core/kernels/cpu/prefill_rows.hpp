@@ -14,16 +14,18 @@ struct PrefillTile {
   const float* q = nullptr;  // [rows, d], already multiplied by the softmax scale
   int32_t rows = 0;
   int32_t d = 0;             // a multiple of the variant's lane count
-  // The tile's keys transposed, [d, nkp] (key j of dim i at kt[i * nkp + j]), so that a row's
-  // scores are a broadcast-FMA over contiguous keys; nkp a multiple of kPrefillKeyAlign.
-  const float* kt = nullptr;
+  // The tile's keys as f32 rows [nkp, d], rows past nk zero; nkp a multiple of kPrefillKeyAlign.
+  const float* k = nullptr;
   int32_t nkp = 0;
   const float* v = nullptr;  // values [nk, d]
   int32_t nk = 0;
   // Per row: it sees keys [0, visible) of the tile (keys are in position order, so a causal row's
   // visible keys are a prefix); 0 leaves the row's state as it was.
   const int32_t* visible = nullptr;
-  // Scratch: scores / weights [rows, nkp] and each row's rescale factor [rows].
+  // Scratch: the keys transposed [d, nkp] (key j of dim i at kt[i * nkp + j], so that a row's
+  // scores are a broadcast-FMA over contiguous keys), scores / weights [rows, nkp] and each row's
+  // rescale factor [rows].
+  float* kt = nullptr;
   float* s = nullptr;
   float* alpha = nullptr;
   // The online-softmax state (see DecodeRows), continued over successive key tiles.

@@ -106,6 +106,28 @@ struct Avx2 {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
   }
   static float lane0(F x) { return _mm256_cvtss_f32(x); }
+  // dst row c = column c of the 8 x 8 block src (rows src_stride floats apart): 32-bit and
+  // 64-bit interleaves within 128-bit lanes, then a 128-bit lane shuffle.
+  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+    F r[8], a[8], b[8];
+    for (int i = 0; i < 8; ++i) r[i] = loadf(src + i * src_stride);
+    for (int k = 0; k < 4; ++k) {
+      a[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+      a[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; ++k) {  // b[4k + m], lane L: column 4L + m of rows 4k .. 4k + 3
+      const __m256d x0 = _mm256_castps_pd(a[4 * k]), x1 = _mm256_castps_pd(a[4 * k + 1]);
+      const __m256d x2 = _mm256_castps_pd(a[4 * k + 2]), x3 = _mm256_castps_pd(a[4 * k + 3]);
+      b[4 * k] = _mm256_castpd_ps(_mm256_unpacklo_pd(x0, x2));
+      b[4 * k + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(x0, x2));
+      b[4 * k + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(x1, x3));
+      b[4 * k + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(x1, x3));
+    }
+    for (int m = 0; m < 4; ++m) {  // column 4L + m: lane L of b[m] (rows 0-3), b[4 + m] (4-7)
+      storef(dst + m * dst_stride, _mm256_permute2f128_ps(b[m], b[4 + m], 0x20));
+      storef(dst + (4 + m) * dst_stride, _mm256_permute2f128_ps(b[m], b[4 + m], 0x31));
+    }
+  }
 };
 
 }  // namespace

@@ -126,29 +126,22 @@ void decode_simd(const Call& c, const Item& it, int32_t token, const int32_t* pa
 }
 
 
-// The tile's keys for the SIMD prefill kernel, as f32: K transposed into w.kt [d, nkp] (0 past
-// nk), V as rows into w.vf [nk, d], positions into w.kpos. Returns nk; nkp into *nkp.
-int gather_keys_transposed(const Call& c, const Item& it, const int32_t* pages, int n_pages,
-                           Scratch& w, int* nkp) {
+// The tile's keys and values for the SIMD prefill kernel, as f32 rows: K into w.kf [nkp, d] (rows
+// past nk zero), V into w.vf [nk, d], positions into w.kpos. Returns nk; nkp into *nkp.
+int gather_prefill_keys(const Call& c, const Item& it, const int32_t* pages, int n_pages,
+                        Scratch& w, int* nkp) {
   const int d = c.s.d;
   int nk = 0;
-  for (int u = 0; u < n_pages; ++u) nk += c.page_tokens(it.b, pages[u]);
-  const int np = (nk + kPrefillKeyAlign - 1) / kPrefillKeyAlign * kPrefillKeyAlign;
-  float* kt = w.kt.data();
-  float* row = w.row.data();
-  int j = 0;
   for (int u = 0; u < n_pages; ++u) {
     const int n = c.page_tokens(it.b, pages[u]);
     const int64_t o = c.slab(it.b, pages[u], it.g);
-    load_rows(c.v, c.kv_dt, o, n, d, c.s.pages.token, w.vf.data() + int64_t(j) * d);
-    for (int t = 0; t < n; ++t, ++j) {
-      load_run(c.k, c.kv_dt, o + int64_t(t) * c.s.pages.token, d, 1.f, row);
-      for (int i = 0; i < d; ++i) kt[int64_t(i) * np + j] = row[i];
-      w.kpos[j] = pages[u] * c.s.page_size + t;
-    }
+    load_rows(c.k, c.kv_dt, o, n, d, c.s.pages.token, w.kf.data() + int64_t(nk) * d);
+    load_rows(c.v, c.kv_dt, o, n, d, c.s.pages.token, w.vf.data() + int64_t(nk) * d);
+    for (int i = 0; i < n; ++i) w.kpos[nk + i] = pages[u] * c.s.page_size + i;
+    nk += n;
   }
-  for (int i = 0; i < d; ++i) std::fill(kt + int64_t(i) * np + nk, kt + int64_t(i + 1) * np, 0.f);
-  *nkp = np;
+  *nkp = (nk + kPrefillKeyAlign - 1) / kPrefillKeyAlign * kPrefillKeyAlign;
+  std::fill(w.kf.data() + int64_t(nk) * d, w.kf.data() + int64_t(*nkp) * d, 0.f);
   return nk;
 }
 
@@ -161,6 +154,7 @@ void prefill_simd(const Call& c, const Item& it, const int32_t* pages, int32_t n
   t.q = w.qf.data();
   t.rows = M;
   t.d = c.s.d;
+  t.k = w.kf.data();
   t.kt = w.kt.data();
   t.v = w.vf.data();
   t.visible = w.lim.data();
@@ -170,7 +164,7 @@ void prefill_simd(const Call& c, const Item& it, const int32_t* pages, int32_t n
   t.l = w.l.data();
   t.acc = w.acc.data();
   for (int32_t v = 0; v < n; v += c.pages_per_tile) {
-    t.nk = gather_keys_transposed(c, it, pages + v, std::min(c.pages_per_tile, n - v), w, &t.nkp);
+    t.nk = gather_prefill_keys(c, it, pages + v, std::min(c.pages_per_tile, n - v), w, &t.nkp);
     for (int r = 0; r < M; ++r) {  // causal: the keys at or before the row's position
       const int32_t qpos = w.qpos[r / it.nh];
       int vis = t.nk;
