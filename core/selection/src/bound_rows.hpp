@@ -1,10 +1,13 @@
 // Quest bounds of one (page, KV head) for a group of query heads, bit for bit page_bound's
-// canonical order (page_bound.hpp), with the loops reordered so that the 16 partial sums are
-// independent chains in the innermost loop (each still takes its channels in increasing order,
-// and the butterfly is the same): the chains overlap instead of waiting on each other's FMA.
-// Included into an anonymous namespace by page_bound.cpp (std::fma as the build's target has it)
-// and by page_bound_fma.cpp (-mfma: one instruction, where it is otherwise a libm call), so the
-// two copies never merge.
+// canonical order (page_bound.hpp). The operands come in bound order (bound_order_floats): the L
+// partials of a step are L adjacent floats, so each step is one vector operation per 8 or 16 of
+// them; partial p still takes its channels in increasing order and the butterfly is the same. A
+// padded lane adds fma(0, 0, acc) = acc exactly, and with L = 8 the butterfly's first step
+// (adding partials 8-15, all +0) is exact and skipped: acc never holds -0 (it starts at +0, and
+// an exact zero sum rounds to +0). The minimum / maximum choice is a select, not a branch (q's
+// sign is random: a branch mispredicts half the time).
+// The portable copy (std::fma may be a libm call), for page_bound.cpp's anonymous namespace;
+// page_bound_fma.cpp is the same in AVX2 / FMA intrinsics.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -14,23 +17,31 @@
 namespace sieve::selection {
 namespace {
 
-// out[h] = page_bound(q + h * d, mn, mx, d) for h < n_heads.
-inline void bound_rows_impl(const float* q, int32_t n_heads, const float* mn, const float* mx,
-                            int32_t d, float* out) {
-  constexpr int32_t kRound = kBoundPartials * kBoundChunk;  // channels of chunks p .. p + 15
+template <int L>
+inline void bound_rows_lanes(const float* q, int32_t n_heads, const float* mn, const float* mx,
+                             int64_t n, float* out) {
   for (int32_t h = 0; h < n_heads; ++h) {
-    const float* qh = q + int64_t(h) * d;
-    float acc[kBoundPartials] = {};
-    for (int32_t base = 0; base < d; base += kRound)
-      for (int32_t i = 0; i < kBoundChunk; ++i)
-        for (int32_t p = 0; p < kBoundPartials; ++p) {
-          const int32_t c = base + p * kBoundChunk + i;  // channel i of chunk base / 8 + p
-          if (c < d) acc[p] = std::fma(qh[c], qh[c] >= 0.0f ? mx[c] : mn[c], acc[p]);
-        }
-    for (int off = kBoundPartials / 2; off > 0; off /= 2)
+    const float* qh = q + int64_t(h) * n;
+    float acc[L] = {};
+    for (int64_t s = 0; s < n; s += L)  // step i of a round: the L partials
+      for (int32_t p = 0; p < L; ++p) {
+        const float x = qh[s + p], lo = mn[s + p], hi = mx[s + p];
+        acc[p] = std::fma(x, x >= 0.0f ? hi : lo, acc[p]);
+      }
+    for (int off = L / 2; off > 0; off /= 2)
       for (int p = 0; p < off; ++p) acc[p] = add_rn(acc[p], acc[p + off]);
     out[h] = acc[0];
   }
+}
+
+// out[h] = page_bound(q_h, mn, mx, d) for h < n_heads; q [n_heads][bound_order_floats(d)], mn and
+// mx one row each, all in bound order.
+inline void bound_rows_impl(const float* q, int32_t n_heads, const float* mn, const float* mx,
+                            int32_t d, float* out) {
+  static_assert(kBoundPartials == 16, "bound order has 8 or 16 lanes");
+  const int64_t n = bound_order_floats(d);
+  if (bound_order_lanes(d) == 8) bound_rows_lanes<8>(q, n_heads, mn, mx, n, out);
+  else bound_rows_lanes<16>(q, n_heads, mn, mx, n, out);
 }
 
 }  // namespace
