@@ -130,6 +130,17 @@ std::vector<Case> cpu_cases(bool quick) {
         out.push_back(named(c));
         c.cpu_portable = false;
       }
+  // Causal prefill of one 4K prompt, 128-query x 64-key blocks for the sparse case: FLOP/s
+  // against OpenBLAS sgemm in the same run; the portable path (BLAS tiles) as the in-run baseline.
+  c.phase = SIEVE_PHASE_PREFILL, c.batch = 1, c.ctx = 4096, c.q_block = 128, c.samples = 3;
+  for (DLDataType dt : {kF32, kBF16}) {
+    if (quick) continue;
+    c.dtype = dt;
+    add_with_sparse(out, c, false);
+    c.sparsity = 0, c.cpu_portable = true;
+    out.push_back(named(c));
+    c.cpu_portable = false;
+  }
   return out;
 }
 
