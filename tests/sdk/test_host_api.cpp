@@ -356,17 +356,29 @@ TEST(HostApi, ChainSessionDiffersFromDense) {
   sieve_session_destroy(dense);
 }
 
-// A CUDA session on device tensors equals a CPU session on the same inputs.
-TEST(HostApiCuda, MatchesTheCpuSession) {
+// A CUDA session on device tensors equals a CPU session on the same inputs, on its own stream
+// and (host API 1.2) on a stream the host hands it.
+class HostApiCuda : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Stream, HostApiCuda, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "CallersStream" : "OwnStream"; });
+
+TEST_P(HostApiCuda, MatchesTheCpuSession) {
   if (sieve::runtime::cuda_devices() == 0) GTEST_SKIP() << "no CUDA device: the CUDA session is checked on a GPU machine";
   Runtime r;
   ASSERT_EQ(sieve_runtime_add_plugin_dir(r.rt, SIEVE_PLUGIN_DIR), SIEVE_OK);
   sieve_geometry gc = geometry(2, {kDLCPU, 0}), gd = geometry(2, {kDLCUDA, 0});
   sieve_session *cpu = nullptr, *gpu = nullptr;
-  ASSERT_EQ(sieve_session_create(r.rt, &gc, nullptr, nullptr, &cpu), SIEVE_OK) << r.error();
-  ASSERT_EQ(sieve_session_create(r.rt, &gd, nullptr, nullptr, &gpu), SIEVE_OK) << r.error();
-  EXPECT_NE(sieve_session_cuda_stream(gpu), nullptr);
+  // The uploads below and the host's stream come from one HostServices: its stream stands for
+  // the host's (PyTorch's current stream in the Python binding).
   sieve::runtime::HostServices dev({kDLCUDA, 0});
+  auto o = with_header<sieve_session_options>();
+  o.check = 1;
+  o.cuda_stream = GetParam() ? dev.cuda_stream() : nullptr;
+  ASSERT_EQ(sieve_session_create(r.rt, &gc, nullptr, nullptr, &cpu), SIEVE_OK) << r.error();
+  ASSERT_EQ(sieve_session_create(r.rt, &gd, nullptr, &o, &gpu), SIEVE_OK) << r.error();
+  EXPECT_NE(sieve_session_cuda_stream(gpu), nullptr);
+  if (GetParam()) EXPECT_EQ(sieve_session_cuda_stream(gpu), dev.cuda_stream());
+  else EXPECT_NE(sieve_session_cuda_stream(gpu), dev.cuda_stream());
   const DLDevice cuda{kDLCUDA, 0}, host{kDLCPU, 0};
   const int32_t T = 40;
   std::mt19937 rng(11);
@@ -409,6 +421,21 @@ TEST(HostApiCuda, MatchesTheCpuSession) {
   for (DLTensor* t : {&dq, &dk, &dv, &dout}) dev.table()->free(dev.table()->host_ctx, cuda, t->data);
   sieve_session_destroy(gpu);
   sieve_session_destroy(cpu);
+}
+
+// Host API 1.2: a stream is for CUDA sessions only, refused with one line on the CPU.
+TEST(HostApi12, ACpuSessionRefusesACudaStream) {
+  EXPECT_EQ(sieve_host_api_version(), (1u << 16) | 2u);
+  Runtime r;
+  ASSERT_EQ(sieve_runtime_add_plugin_dir(r.rt, SIEVE_PLUGIN_DIR), SIEVE_OK);
+  sieve_geometry g = geometry();
+  auto o = with_header<sieve_session_options>();
+  int not_a_stream = 0;
+  o.cuda_stream = &not_a_stream;
+  sieve_session* s = nullptr;
+  EXPECT_EQ(sieve_session_create(r.rt, &g, nullptr, &o, &s), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_EQ(r.error(), "a CUDA stream was given for a session on cpu");
 }
 
 // ---- Host API 1.1: choosing the KV store ------------------------------------------------------

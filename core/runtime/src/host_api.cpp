@@ -355,7 +355,8 @@ sieve_status sieve_session_create(sieve_runtime* rt, const sieve_geometry* geome
     }
 
     auto s = std::make_unique<sieve_session>();
-    s->services = std::make_unique<HostServices>(g.device);  // throws (SIEVE_ERR_DEVICE) without CUDA
+    // Throws (SIEVE_ERR_DEVICE) without CUDA, or for a stream handed to a CPU session.
+    s->services = std::make_unique<HostServices>(g.device, o.cuda_stream);
     Session::Options so;
     so.pages_per_layer = o.pages_per_layer;
     so.runner.check = o.check != 0;
