@@ -325,6 +325,38 @@ TEST(HostApi, AttendRefusesBadInput) {
   sieve_session_destroy(s);
 }
 
+// Strides: compact row-major is required, but the stride of an extent-1 dimension is free (a
+// one-token decode tensor from PyTorch's DLPack export carries stride 1 there).
+TEST(HostApi, StridesOfExtentOneDimensionsAreIgnored) {
+  Runtime r;
+  sieve_geometry g = geometry(1);
+  sieve_session* s = nullptr;
+  ASSERT_EQ(sieve_session_create(r.rt, &g, nullptr, nullptr, &s), SIEVE_OK) << r.error();
+  int32_t seq = -1;
+  ASSERT_EQ(sieve_session_add_sequence(s, &seq), SIEVE_OK);
+  std::mt19937 rng(3);
+  Tensor q(1, 8), k(1, 2), v(1, 2), out(1, 8);
+  randomize(q, rng), randomize(k, rng), randomize(v, rng);
+  int64_t q_strides[3] = {1, 64, 1}, kv_strides[3] = {7, 64, 1};
+  q.t.strides = q_strides, k.t.strides = kv_strides, v.t.strides = kv_strides;
+  int32_t qo[2] = {0, 1};
+  auto in = with_header<sieve_layer_inputs>();
+  in.phase = SIEVE_PHASE_PREFILL;
+  in.batch = 1;
+  in.seq_ids = &seq;
+  in.qo_indptr = qo;
+  in.q = &q.t, in.k = &k.t, in.v = &v.t;
+  ASSERT_EQ(sieve_session_attend(s, &in, &out.t), SIEVE_OK) << sieve_session_last_error(s);
+  // One key: the output is that key's value row for every head of its group.
+  for (int h = 0; h < 8; ++h)
+    for (int c = 0; c < 64; ++c) EXPECT_FLOAT_EQ(out.data[size_t(h * 64 + c)], v.data[size_t((h / 4) * 64 + c)]);
+  int64_t bad[3] = {1, 1, 8};  // heads and channels swapped: not compact
+  k.t.strides = bad;
+  EXPECT_EQ(sieve_session_attend(s, &in, &out.t), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(sieve_session_last_error(s), "k must be compact row-major");
+  sieve_session_destroy(s);
+}
+
 TEST(HostApi, ChainSessionDiffersFromDense) {
   // A chain reaches the plugin: streaming's window changes decode outputs, which stay finite.
   Runtime r;
