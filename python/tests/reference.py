@@ -34,9 +34,16 @@ def attention(q, k, v, positions, scale=None):
     return out
 
 
-def f32_bound(q, k, v, n_keys):
-    d = q.shape[-1]
-    qn = np.linalg.norm(np.asarray(q, np.float64), axis=-1).max()
-    kn = np.linalg.norm(np.asarray(k, np.float64), axis=-1).max()
-    vmax = np.abs(np.asarray(v, np.float64)).max()
+def magnitudes(q, k, v):
+    """(largest |q| row norm, largest |k| row norm, largest |v| entry): what the bound needs."""
+    return (np.linalg.norm(np.asarray(q, np.float64), axis=-1).max(),
+            np.linalg.norm(np.asarray(k, np.float64), axis=-1).max(), np.abs(np.asarray(v, np.float64)).max())
+
+
+def bound_from(qn, kn, vmax, d, n_keys):
     return 2 * vmax * (2 * gamma(d) * qn * kn / math.sqrt(d) + gamma(n_keys) + 3 * U32)
+
+
+def f32_bound(q, k, v, n_keys):
+    """q: the call's queries; k, v: every key and value the call attends over."""
+    return bound_from(*magnitudes(q, k, v), q.shape[-1], n_keys)
