@@ -4,6 +4,7 @@
 # streams, transformers: dense = sdpa, greedy, padded batches, chains = direct sessions, RaaS
 # memory, refusals), the five-line block of docs/engines/transformers.md as written, the binding's
 # per-call cost and the decode-step speed table. Everything lands in $OUT (at most 8 files).
+# Budget: build ~3 min, tests <= 4 min, benchmarks <= 3.5 min (each step has its own timeout).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build-device-out}
@@ -27,7 +28,8 @@ t0=$(date +%s)
     sieve_plugin_dpxa sieve_plugin_seer; } > "$OUT/build.log" 2>&1
 rc=$?; step build $rc
 [ $rc = 0 ] || { grep -E "error|FAILED" "$OUT/build.log" | head -30 | tee -a "$S"; exit 1; }
-export PYTHONPATH="$PWD/$B/python" SIEVE_TEST_PLUGIN_DIR="$PWD/$B/lib/sieve/plugins"
+export PYTHONPATH="$PWD/$B/python" SIEVE_TEST_PLUGIN_DIR="$PWD/$B/lib/sieve/plugins" SIEVE_TEST_BIN_DIR="$PWD/$B/bin" \
+  PYTHONUNBUFFERED=1
 status=0
 T="$OUT/tests.log"
 
@@ -36,7 +38,7 @@ $B/bin/test_host_api > "$T" 2>&1; rc=$?; step test_host_api $rc; [ $rc = 0 ] || 
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$T" | tee -a "$S"
 
 t0=$(date +%s)
-(cd $B/python && timeout 330 python3 -m pytest -v -rs -p no:cacheprovider -s "$PWD/../../python/tests") >> "$T" 2>&1
+(cd $B/python && timeout 240 python3 -m pytest -v -rs -p no:cacheprovider -s "$PWD/../../python/tests") >> "$T" 2>&1
 rc=$?; step pytest $rc; [ $rc = 0 ] || status=1
 grep -E "^(FAILED|ERROR)|passed|failed|worst relative|^SKIPPED" "$T" | tail -40 | tee -a "$S"
 
@@ -53,7 +55,7 @@ rc=$?; step "binding cost (limit 50 us)" $rc; [ $rc = 0 ] || status=1
 grep -E "binding" "$OUT/binding_cost.json" | tee -a "$S"
 
 t0=$(date +%s)
-timeout 240 python3 python/bench/transformers_step.py --ctx 8192,32768 --batch 1,8 \
+timeout 150 python3 python/bench/transformers_step.py --ctx 8192,32768 --batch 1,8 \
   --json "$OUT/transformers_step.json" --markdown "$OUT/transformers_step.md" >> "$T" 2>&1
 rc=$?; step "speed table" $rc; [ $rc = 0 ] || status=1
 cat "$OUT/transformers_step.md" >> "$S" 2>/dev/null
