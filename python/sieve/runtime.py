@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from . import _capi
 from ._capi import lib
 from ._errors import SieveError, check
+from ._handle import Handle
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def _schema(address, n, stride):
     return tuple(out)
 
 
-class Runtime:
+class Runtime(Handle):
     """A plugin registry: `plugin_dirs` are searched first, then SIEVE_PLUGIN_PATH and the default
     directories (next to libsieve_runtime.so) unless `use_env` / `use_default_dirs` turn them off."""
 
@@ -95,21 +96,10 @@ class Runtime:
         """A chain from its compact form ("decode:2-=quest(token_budget=256)") or a chain file."""
         return Chain(self, spec=spec, file=file)
 
-    def close(self):
-        if getattr(self, "_h", None):
-            lib.sieve_runtime_destroy(self._h)
-            self._h = None
-
-    __del__ = close
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    _destroy = staticmethod(lib.sieve_runtime_destroy)
 
 
-class Chain:
+class Chain(Handle):
     """A parsed chain spec: only its syntax is checked here; Session checks plugins and parameters."""
 
     def __init__(self, runtime, spec=None, file=None):
@@ -133,9 +123,4 @@ class Chain:
     def __repr__(self):
         return "sieve.Chain(%r)" % self.text
 
-    def close(self):
-        if getattr(self, "_h", None):
-            lib.sieve_chain_destroy(self._h)
-            self._h = None
-
-    __del__ = close
+    _destroy = staticmethod(lib.sieve_chain_destroy)

@@ -12,6 +12,7 @@ import ctypes as C
 from . import _capi, _dlpack
 from ._capi import lib
 from ._errors import check
+from ._handle import Handle
 from .runtime import Chain
 
 PHASES = {"prefill": _capi.PHASE_PREFILL, "decode": _capi.PHASE_DECODE,
@@ -54,7 +55,7 @@ def _int_array(values, n):
     return (C.c_int32 * n)(*values)
 
 
-class Session:
+class Session(Handle):
     """KV stores and policy instances for one geometry (see sieve_session_create).
 
     chain: None (dense everywhere), a spec string or a Chain of `runtime`.
@@ -207,15 +208,4 @@ class Session:
     def kv_store(self):
         return lib.sieve_session_kv_store_name(self._h).decode()
 
-    def close(self):
-        if getattr(self, "_h", None):
-            lib.sieve_session_destroy(self._h)
-            self._h = None
-
-    __del__ = close
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    _destroy = staticmethod(lib.sieve_session_destroy)

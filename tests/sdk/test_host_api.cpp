@@ -94,6 +94,19 @@ struct Tensor {  // host f32 [rows, heads, 64]
   Tensor(const Tensor&) = delete;
 };
 
+// One sequence's call: its rows qo[0]..qo[1] of q/k/v.
+sieve_layer_inputs one_sequence(uint32_t phase, int32_t* seq, const int32_t* qo, const DLTensor* q, const DLTensor* k,
+                                const DLTensor* v, int32_t layer = 0) {
+  auto in = with_header<sieve_layer_inputs>();
+  in.layer = layer;
+  in.phase = phase;
+  in.batch = 1;
+  in.seq_ids = seq;
+  in.qo_indptr = qo;
+  in.q = q, in.k = k, in.v = v;
+  return in;
+}
+
 void randomize(Tensor& x, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (float& v : x.data) v = u(rng);
@@ -228,13 +241,7 @@ std::vector<float> run_one_sequence(sieve_session* s, const std::vector<float>& 
       DLTensor tv{const_cast<float*>(v.data()) + lk + done * krow, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, ks, nullptr, 0};
       DLTensor to{out.data() + lq + done * qrow, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, qs, nullptr, 0};
       int32_t qo[2] = {0, n};
-      auto in = with_header<sieve_layer_inputs>();
-      in.layer = layer;
-      in.phase = phase;
-      in.batch = 1;
-      in.seq_ids = &seq;
-      in.qo_indptr = qo;
-      in.q = &tq, in.k = &tk, in.v = &tv;
+      auto in = one_sequence(phase, &seq, qo, &tq, &tk, &tv, layer);
       EXPECT_EQ(sieve_session_attend(s, &in, &to), SIEVE_OK) << sieve_session_last_error(s);
     }
     EXPECT_EQ(sieve_session_end_step(s, phase, &seq, 1), SIEVE_OK) << sieve_session_last_error(s);
@@ -286,12 +293,7 @@ TEST(HostApi, AttendRefusesBadInput) {
   ASSERT_EQ(sieve_session_add_sequence(s, &seq), SIEVE_OK);
   Tensor q(2, 8), k(2, 2), v(2, 2), out(2, 8);
   int32_t qo[2] = {0, 2};
-  auto good = with_header<sieve_layer_inputs>();
-  good.phase = SIEVE_PHASE_PREFILL;
-  good.batch = 1;
-  good.seq_ids = &seq;
-  good.qo_indptr = qo;
-  good.q = &q.t, good.k = &k.t, good.v = &v.t;
+  const auto good = one_sequence(SIEVE_PHASE_PREFILL, &seq, qo, &q.t, &k.t, &v.t);
   struct Case {
     const char* what;
     std::function<void(sieve_layer_inputs&, DLTensor&)> edit;
@@ -340,12 +342,7 @@ TEST(HostApi, StridesOfExtentOneDimensionsAreIgnored) {
   int64_t q_strides[3] = {1, 64, 1}, kv_strides[3] = {7, 64, 1};
   q.t.strides = q_strides, k.t.strides = kv_strides, v.t.strides = kv_strides;
   int32_t qo[2] = {0, 1};
-  auto in = with_header<sieve_layer_inputs>();
-  in.phase = SIEVE_PHASE_PREFILL;
-  in.batch = 1;
-  in.seq_ids = &seq;
-  in.qo_indptr = qo;
-  in.q = &q.t, in.k = &k.t, in.v = &v.t;
+  auto in = one_sequence(SIEVE_PHASE_PREFILL, &seq, qo, &q.t, &k.t, &v.t);
   ASSERT_EQ(sieve_session_attend(s, &in, &out.t), SIEVE_OK) << sieve_session_last_error(s);
   // One key: the output is that key's value row for every head of its group.
   for (int h = 0; h < 8; ++h)
@@ -431,11 +428,7 @@ TEST_P(HostApiCuda, MatchesTheCpuSession) {
   ASSERT_EQ(sieve_session_add_sequence(cpu, &seq_c), SIEVE_OK);
   ASSERT_EQ(sieve_session_add_sequence(gpu, &seq_g), SIEVE_OK);
   int32_t qo[2] = {0, T};
-  auto in = with_header<sieve_layer_inputs>();
-  in.phase = SIEVE_PHASE_PREFILL;
-  in.batch = 1;
-  in.qo_indptr = qo;
-  in.seq_ids = &seq_c, in.q = &q.t, in.k = &k.t, in.v = &v.t;
+  auto in = one_sequence(SIEVE_PHASE_PREFILL, &seq_c, qo, &q.t, &k.t, &v.t);
   ASSERT_EQ(sieve_session_attend(cpu, &in, &out_cpu.t), SIEVE_OK) << sieve_session_last_error(cpu);
   in.seq_ids = &seq_g, in.q = &dq, in.k = &dk, in.v = &dv;
   ASSERT_EQ(sieve_session_attend(gpu, &in, &dout), SIEVE_OK) << sieve_session_last_error(gpu);
