@@ -154,7 +154,7 @@ def test_chain_equals_a_session_driven_directly_on_the_same_kv(chain):
     model = build("llama")
     st.use(model, chain=chain)
     ids, mask, prompts = padded([150, 90])
-    cache = model.sieve.cache(150 + 16)
+    cache = model.sieve.cache(150 + 16 + 16)  # + a page: see use()'s generate hook
     cache.trace = []
     with torch.no_grad():
         model.generate(ids, attention_mask=mask, past_key_values=cache, max_new_tokens=16, do_sample=False)
@@ -162,7 +162,7 @@ def test_chain_equals_a_session_driven_directly_on_the_same_kv(chain):
     stream = torch.cuda.current_stream() if DEVICE == "cuda" else None
     sparse_moved = 0.0
     for b in range(2):
-        mine, dense = (sieve.Session(model.sieve.runtime, **g, max_batch=1, max_seq_len=166, device=DEVICE, chain=c,
+        mine, dense = (sieve.Session(model.sieve.runtime, **g, max_batch=1, max_seq_len=182, device=DEVICE, chain=c,
                                      cuda_stream=stream) for c in (chain, None))
         seq, dseq = mine.add_sequence(), dense.add_sequence()
         n_keys, seen = 0, {}  # keys so far; per layer the largest |q|, |k| norms and |v| so far
@@ -208,7 +208,9 @@ def test_chain_equals_the_cpp_session_on_the_same_kv(chain, tmp_path):
         model.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False)
     assert len(rec.sessions) == 1
     pairs = Recording.replay(rec.sessions[0], str(tmp_path))
-    assert len(pairs) == 4 * 16  # the 16th token comes from the 15th decode's logits
+    # 16 forwards of 4 layers (the 16th token comes from the 15th decode's logits), or one more
+    # when generate's deferred stop check ran a forward ahead.
+    assert len(pairs) in (4 * 16, 4 * 17)
     worst = max(float(np.abs(a - b).max()) for a, b in pairs)
     assert worst == 0.0, "max |python - C++| = %g" % worst
 

@@ -78,7 +78,8 @@ def _hook_generate(model):
         given = model_kwargs.get("past_key_values")
         if given is None:
             length = max(int(generation_config.max_length or 0), int(extra.get("max_cache_length") or 0))
-            model_kwargs["past_key_values"] = SieveCache(model, length)
+            # + a page: generate's deferred stop check may run one forward past the last kept token.
+            model_kwargs["past_key_values"] = SieveCache(model, length + model.sieve.page_size)
         elif not isinstance(given, SieveCache):
             raise ValueError("sieve.transformers: past_key_values is a %s; Sieve holds the KV cache: pass a "
                              "SieveCache or none" % type(given).__name__)
