@@ -21,7 +21,15 @@ def export(obj, stream=None):
     except AttributeError:
         raise TypeError("sieve: %s is not a DLPack tensor (numpy >= 1.22 array, torch tensor, ...)"
                         % type(obj).__name__) from None
-    capsule = method() if stream is None else method(stream=stream)
+    if stream is None:
+        capsule = method()
+    else:
+        try:
+            capsule = method(stream=stream)
+        except (BufferError, RuntimeError, TypeError, ValueError):
+            # A host array takes no stream (numpy refuses one): export it plainly and let the
+            # runtime name the device mismatch.
+            capsule = method()
     return capsule, _get_pointer(capsule, _DLTENSOR)
 
 

@@ -105,5 +105,8 @@ def test_cuda_session_on_the_legacy_default_stream(runtime):
 def test_cuda_errors_carry_the_runtime_message(runtime):
     q, k, v = inputs()
     s = make(runtime, device="cuda", cuda_stream=torch.cuda.current_stream())
+    seq = s.add_sequence()
     with pytest.raises(sieve.SieveError, match="q is on cpu, the session runs on cuda:0"):
-        s.attend(0, "prefill", q, k.cuda(), v.cuda(), torch.empty_like(q).cuda(), s.add_sequence())
+        s.attend(0, "prefill", q, k.cuda(), v.cuda(), torch.empty_like(q).cuda(), seq)
+    with pytest.raises(sieve.SieveError, match="v is on cpu, the session runs on cuda:0"):
+        s.attend(0, "prefill", q.cuda(), k.cuda(), v.numpy(), torch.empty_like(q).cuda(), seq)
