@@ -1,0 +1,140 @@
+"""The training script's pieces on the CPU at a tiny size: the task instances are what their
+layout says, the training loop runs, checkpoints and resumes, and the saved model is the torch
+model (read back from its safetensors file; with SIEVE_BIN set, Sieve's host loads it and its
+instances and logits are the torch side's).
+
+    /usr/bin/python3 -m pytest bench/train/test_train.py      (ctest: train_script)
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import sieve_tasks as tasks  # noqa: E402
+from llama import Config, Llama, save_for_sieve  # noqa: E402
+
+SIEVE = os.environ.get("SIEVE_BIN")
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        out[name] = torch.from_numpy(np.frombuffer(data[b:end], dtype="<f4").copy()).view(e["shape"])
+    return out
+
+
+@pytest.mark.parametrize("length", [64, 300, 1024])
+def test_passkey_layout(length):
+    tok, scored, prompt = tasks.generate("passkey", length, 5, np.arange(20))
+    assert tok.shape == (20, length) and prompt == length - 5
+    for row, sc in zip(tok, scored):
+        assert row[0] == tasks.BOS and row[length - 6] == tasks.QUERY
+        (p,) = np.nonzero(row == tasks.KEY)[0]
+        assert list(row[p + 1:p + 6]) == list(row[length - 5:])  # the answer is the planted passkey
+        assert all(tasks.DIGIT0 <= d < tasks.DIGIT0 + 10 for d in row[length - 5:])
+        assert list(np.nonzero(sc)[0]) == list(range(length - 5, length))
+        others = np.delete(row, list(range(p, p + 6)) + [0, length - 6] + list(range(length - 5, length)))
+        assert ((others >= tasks.FILLER0) & (others < tasks.FILLER0 + tasks.N_FILLER)).all()
+
+
+@pytest.mark.parametrize("length", [64, 512, 2048])
+def test_mqar_layout(length):
+    m = tasks.mqar_pairs(length)
+    tok, scored, prompt = tasks.generate("mqar", length, 5, np.arange(10))
+    assert prompt == length - 2 * m + 1
+    for row, sc in zip(tok, scored):
+        ctx = row[:length - 2 * m - 1]
+        pairs = {}
+        for i in np.nonzero((ctx >= tasks.KEY0) & (ctx < tasks.KEY0 + tasks.N_KEYS))[0]:
+            assert ctx[i] not in pairs  # distinct keys
+            pairs[ctx[i]] = ctx[i + 1]
+        assert len(pairs) == m and row[length - 2 * m - 1] == tasks.SEP
+        queries = row[length - 2 * m:]
+        assert sorted(queries[0::2]) == sorted(pairs)  # every pair queried once
+        for k, v in zip(queries[0::2], queries[1::2]):
+            assert pairs[k] == v and tasks.VALUE0 <= v < tasks.VALUE0 + tasks.N_VALUES
+        assert list(np.nonzero(sc)[0]) == list(range(length - 2 * m + 1, length, 2))
+
+
+def test_copy_layout():
+    S = tasks.COPY_SPAN
+    tok, scored, prompt = tasks.generate("copy", 200, 9, np.arange(10))
+    assert prompt == 200 - S + 1
+    for row in tok:
+        span = row[200 - S:]
+        assert len(set(span)) == S and row[200 - S - 1] == tasks.COPY
+        starts = [i for i in range(1, 200 - 2 * S) if list(row[i:i + S]) == list(span)]
+        assert len(starts) == 1
+
+
+def test_instances_depend_on_seed_and_index_only():
+    a, _, _ = tasks.generate("mqar", 256, 3, np.arange(8))
+    b, _, _ = tasks.generate("mqar", 256, 3, np.array([5, 6, 7]))
+    c, _, _ = tasks.generate("mqar", 256, 4, np.arange(8))
+    assert (a[5:] == b).all()  # instance 5 is the same whether drawn alone or in a batch
+    assert (a != c).any()
+    with pytest.raises(ValueError):
+        tasks.generate("mqar", 32, 3, np.arange(1))
+    with pytest.raises(ValueError):
+        tasks.generate("sorting", 256, 3, np.arange(1))
+
+
+def tiny_args(out, *extra):
+    return ["--out", str(out), "--minutes", "5", "--device", "cpu", "--dim", "128", "--heads", "2",
+            "--kv-heads", "1", "--layers", "2", "--min-len", "64", "--max-len", "128", "--tokens-per-step", "1024",
+            "--eval-seconds", "1000", "--eval-instances", "8", "--warmup-steps", "2", *extra]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    import train
+
+    out = tmp_path_factory.mktemp("train")
+    train.main(tiny_args(out, "--max-steps", "6", "--max-positions", "4096"))
+    return out
+
+
+def test_training_writes_model_checkpoint_and_curve(trained):
+    rows = [json.loads(line) for line in open(trained / "curve.jsonl")]
+    assert rows[-1]["final"] and rows[-1]["step"] == 6
+    for key in ("passkey@128", "mqar@128", "copy@128"):
+        assert 0.0 <= rows[-1]["eval"][key]["accuracy"] <= 1.0
+    info = json.load(open(trained / "model" / "training.json"))
+    assert info["train_seed"] != info["eval_seed"] and info["steps"] == 6
+    cfg = json.load(open(trained / "model" / "config.json"))
+    assert cfg["max_position_embeddings"] == 4096 and cfg["head_dim"] == 64
+
+
+def test_resume_continues_the_run(trained, tmp_path):
+    import train
+
+    train.main(tiny_args(tmp_path, "--max-steps", "8", "--resume", str(trained / "ckpt.pt")))
+    rows = [json.loads(line) for line in open(tmp_path / "curve.jsonl")]
+    assert rows[-1]["step"] == 8  # 6 steps restored, 2 more
+
+
+def test_saved_file_is_the_torch_model(trained):
+    """The safetensors file holds the parameters under transformers' names, bit for bit."""
+    import checkpoint
+
+    meta, _ = checkpoint.load(str(trained / "ckpt.pt"))
+    model = Llama(Config(**meta["config"]))
+    model.load_state_dict(meta["model"])
+    saved = read_safetensors(trained / "model" / "model.safetensors")
+    assert set(saved) == set(model.hf_state_dict())
+    for name, t in model.hf_state_dict().items():
+        assert torch.equal(saved[name], t), name
