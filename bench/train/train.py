@@ -111,8 +111,8 @@ def task_weights(a, stage):
 class Batches:
     """Training batches built on a background thread: {task: (tokens, scored)} per step."""
 
-    def __init__(self, a, counters):
-        self.a, self.counters = a, counters
+    def __init__(self, a, counters, pin):
+        self.a, self.counters, self.pin = a, counters, pin
         self.q = queue.Queue(maxsize=3)
         self.length, self.stage = None, None
         self.lock = threading.Lock()
@@ -137,7 +137,11 @@ class Batches:
             start = self.counters[t]
             self.counters[t] += b
             tok, scored, _ = tasks.generate(t, length, self.a.seed, np.arange(start, start + b))
-            out[t] = (torch.from_numpy(tok), torch.from_numpy(scored))
+            # Where each graded token is predicted from (row, position - 1), found here on the
+            # CPU so that the step needs no device-to-host synchronisation.
+            rows, cols = np.nonzero(scored)
+            parts = [torch.from_numpy(x) for x in (tok, rows, cols - 1)]
+            out[t] = [p.pin_memory() for p in parts] if self.pin else parts
         return length, out
 
     def _run(self):
@@ -165,13 +169,12 @@ class Batches:
                 return item
 
 
-def answer_loss(model, tokens, scored, autocast):
-    """Cross-entropy of the graded tokens, predicted from the position before each."""
+def answer_loss(model, tokens, rows, cols, autocast):
+    """Cross-entropy of the graded tokens tokens[rows, cols + 1], predicted at (rows, cols)."""
     with autocast():
         h = model.hidden(tokens[:, :-1])
-        sel = scored[:, 1:]
-        logits = model.lm_head(h[sel])
-    return F.cross_entropy(logits.float(), tokens[:, 1:][sel])
+        logits = model.lm_head(h[rows, cols])
+    return F.cross_entropy(logits.float(), tokens[rows, cols + 1])
 
 
 @functools.lru_cache(maxsize=None)
@@ -246,7 +249,7 @@ def main(argv=None):
           f"curriculum {lengths}", flush=True)
 
     budget = a.minutes * 60.0
-    batches = Batches(a, counters)
+    batches = Batches(a, counters, pin=device.type == "cuda")
     batches.set_stage(stage, lengths[stage])
     curve = open(os.path.join(a.out, "curve.jsonl"), "a")
     t0 = time.time()
@@ -256,7 +259,7 @@ def main(argv=None):
 
     def evaluate(now, final=False):
         row = {"t": round(now - t0 + prior, 1), "step": step, "stage": stage, "length": lengths[stage],
-               "lr": lr_at(a, step, (now - t0) / budget), "loss": loss_sum / max(1, loss_n),
+               "lr": lr_at(a, step, (now - t0) / budget), "loss": float(loss_sum) / max(1, loss_n),
                "tokens_per_s": tokens_seen / max(1e-9, now - t0), "eval": {}}
         model.eval()
         for L in sorted({lengths[stage], lengths[-1]}):
@@ -298,20 +301,21 @@ def main(argv=None):
         for g in opt.param_groups:
             g["lr"] = lr
         item = batches.next(lengths[stage])
-        n_scored = sum(int(sc.sum()) for _, sc in item.values())
+        n_scored = sum(len(rows) for _, rows, _ in item.values())
         opt.zero_grad(set_to_none=True)
         total = 0.0
-        for t, (tok, sc) in item.items():
-            tok, sc = tok.to(device, non_blocking=True), sc.to(device, non_blocking=True)
+        for tok, rows, cols in item.values():
+            graded = len(rows)
+            tok, rows, cols = (x.to(device, non_blocking=True) for x in (tok, rows, cols))
             # Weighted by graded tokens, so every answer token counts the same whatever its task.
-            loss = answer_loss(model, tok, sc, autocast) * (int(sc.sum()) / n_scored)
+            loss = answer_loss(model, tok, rows, cols, autocast) * (graded / n_scored)
             loss.backward()
-            total += float(loss)
+            total = total + loss.detach()  # a device scalar: read only when logged
             tokens_seen += tok.numel()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
-        loss_sum += total
+        loss_sum = loss_sum + total
         loss_n += 1
         if time.time() - last_ckpt >= a.ckpt_minutes * 60:
             save_checkpoint(time.time())
