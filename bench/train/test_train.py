@@ -138,3 +138,55 @@ def test_saved_file_is_the_torch_model(trained):
     assert set(saved) == set(model.hf_state_dict())
     for name, t in model.hf_state_dict().items():
         assert torch.equal(saved[name], t), name
+
+
+needs_sieve = pytest.mark.skipif(not SIEVE, reason="SIEVE_BIN not set (ctest train_script sets it)")
+
+
+@needs_sieve
+@pytest.mark.parametrize("task,length,seed", [("passkey", 16, 1), ("passkey", 777, 2**62 + 5), ("mqar", 64, 0),
+                                              ("mqar", 4096, 12345), ("copy", 48, 3), ("copy", 2000, 99)])
+def test_sieve_generates_the_same_instances(task, length, seed):
+    out = subprocess.run([SIEVE, "eval", "--task", task, "--length", str(length), "--seed", str(seed),
+                          "--instances", "4", "--dump-instances"], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)["instances"]
+    tok, scored, prompt = tasks.generate(task, length, seed, np.arange(4))
+    for g, t, s in zip(got, tok, scored):
+        assert g["prompt"] == t[:prompt].tolist()
+        assert g["continuation"] == t[prompt:].tolist()
+        assert g["scored"] == s[prompt:].astype(int).tolist()
+
+
+@needs_sieve
+def test_sieve_loads_the_model_and_gives_its_logits(trained, tmp_path):
+    """Sieve's host loads the saved model; its logits are the torch model's (f32 on both sides;
+    the bound is derived in Forward.MatchesTrainedModelLogits)."""
+    import checkpoint
+    import shutil
+
+    meta, _ = checkpoint.load(str(trained / "ckpt.pt"))
+    model = Llama(Config(**meta["config"]))
+    model.load_state_dict(meta["model"])
+    model.eval()
+    ref = tmp_path / "model"
+    shutil.copytree(trained / "model", ref)
+    tok, _, _ = tasks.generate("passkey", 16, 77, np.arange(1))
+    with torch.no_grad():
+        logits = model(torch.from_numpy(tok))[0]
+    json.dump({"tokens": tok[0].tolist(), "logits": logits.tolist()}, open(ref / "reference.json", "w"))
+    test_bin = os.environ["SIEVE_TEST_MODEL_BIN"]
+    run = subprocess.run([test_bin, "--gtest_filter=Forward.MatchesTrainedModelLogits"], capture_output=True,
+                         text=True, env=dict(os.environ, SIEVE_TRAINED_REFERENCE_DIR=str(ref)))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "[  PASSED  ] 1 test" in run.stdout and "SKIPPED" not in run.stdout, run.stdout
+
+    # And `sieve eval --task` runs it: dense attention as the chain predicts exactly what dense does.
+    out = subprocess.run([SIEVE, "eval", "--model", str(trained / "model"), "--task", "passkey", "--length", "128",
+                          "--instances", "3", "--seed", "5", "--chain", "dense", "--json"],
+                         capture_output=True, text=True, check=True)
+    j = json.loads(out.stdout)["task"]
+    assert j["dense"] == j["chain"] and j["dense"]["graded"] == 15
+    refused = subprocess.run([SIEVE, "eval", "--model", str(trained / "model"), "--task", "passkey", "--seed",
+                              str(json.load(open(trained / "model" / "training.json"))["train_seed"])],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "training seed" in refused.stderr
