@@ -4,14 +4,14 @@ budget, and save it for `sieve run/eval --model`.
 
 Recipe (what a first try without it showed: 4 layers, d256, MQAR 8 pairs in 256 tokens, AdamW
 3e-3 with no warmup stayed at chance for 3 minutes):
-  - curriculum over lengths (256, 512, ... --max-len): a stage ends when every task's held-out
+  - curriculum over lengths (--min-len 128, 256, ... --max-len 8192): a stage ends when every task's held-out
     exact-match accuracy at its length reaches --advance-acc, or at its deadline (a share of the
     budget), so the longest length always gets the last part of it;
   - passkey weighted up in the first stage (the easiest retrieval: one marker, then copying), the
     copy span and MQAR beside it — all three are solved by induction heads;
   - the loss only on the graded answer tokens; a small vocabulary (256);
-  - AdamW, linear warmup (--warmup-steps) then cosine to 10% over the wall-clock budget; bf16
-    autocast on CUDA; gradient clipping at 1;
+  - AdamW (peak 1.5e-3), linear warmup (--warmup-steps 300) then cosine to 10% over the
+    wall-clock budget; bf16 autocast on CUDA; gradient clipping at 1;
   - no torch.compile: every curriculum length recompiles (tens of seconds each), more than it
     saves in a budget of minutes on a model this small.
 Every --eval-seconds the model is graded on held-out instances (--eval-seed, never the training
@@ -53,7 +53,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=DEFAULT_TRAIN_SEED, help="training instances' seed")
     p.add_argument("--eval-seed", type=int, default=2, help="held-out instances' seed (not --seed)")
     p.add_argument("--tasks", default="passkey,mqar,copy")
-    p.add_argument("--min-len", type=int, default=256, help="first curriculum length")
+    p.add_argument("--min-len", type=int, default=128, help="first curriculum length")
     p.add_argument("--max-len", type=int, default=8192, help="last curriculum length (doubling from --min-len)")
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
@@ -62,9 +62,9 @@ def parse_args(argv=None):
     p.add_argument("--max-positions", type=int, default=0,
                    help="max_position_embeddings of the saved config (0: --max-len)")
     p.add_argument("--rope-theta", type=float, default=10000.0)
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate")
     p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--warmup-steps", type=int, default=200)
+    p.add_argument("--warmup-steps", type=int, default=300)
     p.add_argument("--tokens-per-step", type=int, default=65536)
     p.add_argument("--advance-acc", type=float, default=0.9,
                    help="held-out exact-match accuracy of every task that ends a stage early")
