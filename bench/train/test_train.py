@@ -122,9 +122,20 @@ def test_training_writes_model_checkpoint_and_curve(trained):
 def test_resume_continues_the_run(trained, tmp_path):
     import train
 
-    train.main(tiny_args(tmp_path, "--max-steps", "8", "--resume", str(trained / "ckpt.pt")))
+    # Evaluating before every step also runs the re-weighting of the tasks from the held-out curve.
+    train.main(tiny_args(tmp_path, "--max-steps", "8", "--resume", str(trained / "ckpt.pt"), "--eval-seconds", "0"))
     rows = [json.loads(line) for line in open(tmp_path / "curve.jsonl")]
-    assert rows[-1]["step"] == 8  # 6 steps restored, 2 more
+    assert [r["step"] for r in rows] == [6, 7, 8]  # 6 steps restored, 2 more
+
+
+def test_unsolved_tasks_get_the_batch():
+    import train
+
+    a = train.parse_args(["--out", "x", "--minutes", "1"])
+    assert train.task_weights(a, 0) == {"passkey": 0.5, "mqar": 0.25, "copy": 0.25}
+    assert train.task_weights(a, 1) == {"passkey": 1 / 3, "mqar": 1 / 3, "copy": 1 / 3}
+    w = train.task_weights(a, 0, {"passkey": 1.0, "mqar": 0.0, "copy": 0.5})
+    assert w == pytest.approx({"passkey": 0.25 / 2.25, "mqar": 1.25 / 2.25, "copy": 0.75 / 2.25})
 
 
 def test_saved_file_is_the_torch_model(trained):

@@ -7,8 +7,9 @@ Recipe (what a first try without it showed: 4 layers, d256, MQAR 8 pairs in 256 
   - curriculum over lengths (--min-len 128, 256, ... --max-len 8192): a stage ends when every task's held-out
     exact-match accuracy at its length reaches --advance-acc, or at its deadline (a share of the
     budget), so the longest length always gets the last part of it;
-  - passkey weighted up in the first stage (the easiest retrieval: one marker, then copying), the
-    copy span and MQAR beside it — all three are solved by induction heads;
+  - passkey weighted up at first (the easiest retrieval: one marker, then an offset), the copy
+    span and MQAR beside it (both need induction heads); after each held-out evaluation a task's
+    share of the batch is 0.25 + (1 - its exact match), so the unsolved tasks get the steps;
   - the loss only on the graded answer tokens; a small vocabulary (256);
   - AdamW (peak 1.5e-3), linear warmup (--warmup-steps 300) then cosine to 10% over the
     wall-clock budget; bf16 autocast on CUDA; gradient clipping at 1;
@@ -102,8 +103,13 @@ def curriculum(a):
     return lengths, deadlines
 
 
-def task_weights(a, stage):
-    w = {t: (2.0 if (t == "passkey" and stage == 0) else 1.0) for t in a.tasks}
+def task_weights(a, stage, exact=None):
+    """Each task's share of a batch: passkey twice the others until the first evaluation; then
+    0.25 + (1 - held-out exact match at the stage's length), so the unsolved tasks get the batch."""
+    if exact:
+        w = {t: 0.25 + (1.0 - exact.get(t, 0.0)) for t in a.tasks}
+    else:
+        w = {t: (2.0 if (t == "passkey" and stage == 0) else 1.0) for t in a.tasks}
     s = sum(w.values())
     return {t: v / s for t, v in w.items()}
 
@@ -114,10 +120,14 @@ class Batches:
     def __init__(self, a, counters, pin):
         self.a, self.counters, self.pin = a, counters, pin
         self.q = queue.Queue(maxsize=3)
-        self.length, self.stage = None, None
+        self.length, self.stage, self.exact = None, None, None
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
+
+    def set_weights(self, exact):
+        with self.lock:
+            self.exact = dict(exact)
 
     def set_stage(self, stage, length):
         with self.lock:
@@ -129,10 +139,10 @@ class Batches:
             except queue.Empty:
                 break
 
-    def _make(self, stage, length):
+    def _make(self, stage, length, exact):
         per = max(len(self.a.tasks), self.a.tokens_per_step // length)
         out = {}
-        for t, w in task_weights(self.a, stage).items():
+        for t, w in task_weights(self.a, stage, exact).items():
             b = max(1, round(per * w))
             start = self.counters[t]
             self.counters[t] += b
@@ -147,11 +157,11 @@ class Batches:
     def _run(self):
         while True:
             with self.lock:
-                stage, length = self.stage, self.length
+                stage, length, exact = self.stage, self.length, self.exact
             if length is None:
                 time.sleep(0.01)
                 continue
-            item = self._make(stage, length)
+            item = self._make(stage, length, exact)
             while True:
                 with self.lock:
                     if self.length != length:
@@ -290,8 +300,9 @@ def main(argv=None):
             last_eval = time.time()
             loss_sum, loss_n = 0.0, 0
             L = lengths[stage]
-            ready = all(row["eval"][f"{t}@{L}"]["exact"] >= a.advance_acc for t in a.tasks)
-            if stage < len(lengths) - 1 and ready:
+            exact = {t: row["eval"][f"{t}@{L}"]["exact"] for t in a.tasks}
+            batches.set_weights(exact)
+            if stage < len(lengths) - 1 and all(e >= a.advance_acc for e in exact.values()):
                 stage += 1
                 batches.set_stage(stage, lengths[stage])
         if stage < len(lengths) - 1 and frac >= deadlines[stage]:
