@@ -49,10 +49,15 @@ std::string cell(const model::AttentionFidelity& a, double resident) {
 nlohmann::json report_json(const model::ModelWeights& w, const model::EvalReport& r) {
   nlohmann::json j = {{"model", w.source}, {"chain", r.chain}, {"device", r.device}, {"prompts", r.prompts},
                       {"steps", r.steps}};
+  // Not measured (--no-attention-metrics): absent or null, not the defaults of an empty measurement.
   for (const auto& l : r.layers)
-    j["layers"].push_back({{"layer", l.layer}, {"prefill", to_json(l.prefill)}, {"decode", to_json(l.decode)},
-                           {"resident_fraction", l.resident_fraction}});
-  j["attention"] = {{"prefill", to_json(r.prefill)}, {"decode", to_json(r.decode)}};
+    j["layers"].push_back(r.attention_measured
+                              ? nlohmann::json{{"layer", l.layer}, {"prefill", to_json(l.prefill)},
+                                               {"decode", to_json(l.decode)}, {"resident_fraction", l.resident_fraction}}
+                              : nlohmann::json{{"layer", l.layer}, {"resident_fraction", l.resident_fraction}});
+  j["attention"] = r.attention_measured
+                       ? nlohmann::json{{"prefill", to_json(r.prefill)}, {"decode", to_json(r.decode)}}
+                       : nlohmann::json();
   j["teacher_forced"] = {{"positions", r.positions}, {"kl_mean", r.kl_mean}, {"kl_max", r.kl_max},
                          {"top1_agreement", r.top1_agreement}};
   j["free_running"] = r.free_running ? nlohmann::json{{"token_agreement", r.token_agreement},
@@ -66,7 +71,14 @@ nlohmann::json report_json(const model::ModelWeights& w, const model::EvalReport
   return j;
 }
 
-void print_report(const model::EvalReport& r) {
+// The per-layer attention table (or, not measured, the resident fractions alone).
+void print_attention(const model::EvalReport& r) {
+  if (!r.attention_measured) {
+    std::printf("attention metrics not measured (--no-attention-metrics); resident per layer:");
+    for (const auto& l : r.layers) std::printf(" %.1f%%", 100.0 * l.resident_fraction);
+    std::printf("\n\n");
+    return;
+  }
   std::printf("%-6s %-8s %8s %10s %12s %9s %9s\n", "layer", "phase", "recall", "min recall", "out rel err",
               "attended", "resident");
   for (const auto& l : r.layers) {
@@ -75,6 +87,10 @@ void print_report(const model::EvalReport& r) {
   }
   std::printf("%-6s %-8s %s\n", "all", "prefill", cell(r.prefill, -1).c_str());
   std::printf("%-6s %-8s %s\n\n", "", "decode", cell(r.decode, -1).c_str());
+}
+
+void print_report(const model::EvalReport& r) {
+  print_attention(r);
   std::printf("teacher-forced on the %s tokens (%lld positions): KL(dense||chain) mean %.3e, max %.3e; "
               "top-1 agreement %.4f\n",
               r.free_running ? "dense" : "task's", static_cast<long long>(r.positions), r.kl_mean, r.kl_max,
@@ -98,6 +114,7 @@ void print_report(const model::EvalReport& r) {
   else
     std::printf("time (prefill + decode): dense %.3f s; the chain's measured run %.3f s\n", r.dense_seconds,
                 r.measure_seconds);
+  if (!r.attention_measured) return;
   std::printf("\nrecall: f64 dense softmax mass (over the layer's resident keys) on the keys the chain attends;\n"
               "out rel err: |o_chain - o_dense| / |o_dense|, o_dense in f64 on the same queries and cache;\n"
               "attended: keys attended / causal keys; resident: resident tokens / tokens fed.\n");
@@ -125,8 +142,8 @@ int dump_instances(const TaskArgs& t) {
   return 0;
 }
 
-int run_task(const ModelArgs& ma, const TaskArgs& t, const runtime::ChainSpec& spec,
-             const model::EngineOptions& engine, bool json) {
+int run_task(const ModelArgs& ma, const TaskArgs& t, const runtime::ChainSpec& spec, const model::EvalOptions& eo,
+             bool json) {
   std::string error;
   runtime::Registry registry;
   if (!discover_plugins(ma, &registry, &error)) fail(SIEVE_ERR_NOT_FOUND, error);
@@ -136,7 +153,7 @@ int run_task(const ModelArgs& ma, const TaskArgs& t, const runtime::ChainSpec& s
                                          " is the model's training seed (training.json): held-out instances need "
                                          "another");
   const model::TaskReport r =
-      model::evaluate_task(w, t.task, t.length, uint64_t(t.seed), t.instances, spec, registry, engine);
+      model::evaluate_task(w, t.task, t.length, uint64_t(t.seed), t.instances, spec, registry, eo);
   if (json) {
     nlohmann::json j = report_json(w, r.fidelity);
     j["task"] = {{"name", r.task}, {"length", r.length}, {"seed", r.seed}, {"dense", score_json(r.dense)},
@@ -178,7 +195,10 @@ int cmd_eval(int argc, char** argv) {
       ("length", po::value(&ta.length)->default_value(4096), "--task: tokens per instance")
       ("instances", po::value(&ta.instances)->default_value(8), "--task: held-out instances (one batch)")
       ("seed", po::value(&ta.seed)->default_value(1000), "--task: instance seed (never the model's training seed)")
-      ("dump-instances", "--task: print the instances as JSON and exit (no model)");
+      ("dump-instances", "--task: print the instances as JSON and exit (no model)")
+      ("no-attention-metrics", "skip the per-call attention measurement (recall, output error, attended: an f64 "
+                               "reference over every query row, slow at long contexts); logits metrics and task "
+                               "accuracy stay");
   add_kv_store_option(opts, &ma.kv_store);
   po::variables_map vm;
   if (const auto done = parse_options("sieve eval", opts, argc, argv, &vm)) return *done;
@@ -196,9 +216,10 @@ int cmd_eval(int argc, char** argv) {
     }
     std::string error;
     if (!engine_options(ma, &eo.engine, &error)) return report_error("sieve eval", error, 2);
+    eo.measure_attention = vm.count("no-attention-metrics") == 0;
     try {
       if (vm.count("dump-instances")) return dump_instances(ta);
-      return run_task(ma, ta, chain_arg(chain_text, ma.kv_store), eo.engine, json);
+      return run_task(ma, ta, chain_arg(chain_text, ma.kv_store), eo, json);
     } catch (const std::exception& e) {
       return report_error("sieve eval", e.what(), 1);
     }
@@ -208,6 +229,7 @@ int cmd_eval(int argc, char** argv) {
     std::fprintf(stderr, "sieve eval: --length, --instances, --seed and --dump-instances need --task\n");
     return 2;
   }
+  eo.measure_attention = vm.count("no-attention-metrics") == 0;
   if (chain_text.empty()) {
     std::fprintf(stderr, "sieve eval: --chain is required (e.g. --chain 'streaming(sink=4,window=64)')\n");
     return 2;

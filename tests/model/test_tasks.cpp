@@ -131,7 +131,7 @@ TEST(Tasks, EvaluateRunsThePrefillAndDecodeChains) {
   c.seq_len = 256;
   const model::ModelWeights w = test::random_weights(c, 3);
   runtime::Registry reg = sieve::testing::registry_with();
-  model::EngineOptions eo;
+  model::EvalOptions eo;
   const model::TaskReport r =
       model::evaluate_task(w, "passkey", 200, 11, 3, model::parse_chain_argument("dense"), reg, eo);
   EXPECT_EQ(r.dense.instances, 3);
@@ -149,6 +149,14 @@ TEST(Tasks, EvaluateRunsThePrefillAndDecodeChains) {
   EXPECT_LE(s.fidelity.decode.recall, 1.0);
   EXPECT_EQ(s.fidelity.prefill.recall, 1.0);  // the prefill chain is dense
   EXPECT_GT(s.fidelity.kv_bytes_chain, 0u);  // from the measured run (the free-running one is skipped)
+  // Without the attention measurement: the same accuracy, no rows measured.
+  eo.measure_attention = false;
+  const model::TaskReport u = model::evaluate_task(
+      w, "mqar", 200, 11, 2, model::parse_chain_argument("decode:*=streaming(sink=4,window=16)"), reg, eo);
+  EXPECT_EQ(u.chain.right, s.chain.right);
+  EXPECT_EQ(u.fidelity.kl_mean, s.fidelity.kl_mean);
+  EXPECT_FALSE(u.fidelity.attention_measured);
+  EXPECT_EQ(u.fidelity.decode.rows, 0);
   EXPECT_THROW(model::evaluate_task(w, "passkey", 300, 11, 1, model::parse_chain_argument("dense"), reg, eo),
                sieve::Error);  // longer than the model's 256 positions
   c.vocab_size = 40;

@@ -227,6 +227,7 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
   rep.prompts = int32_t(B);
   rep.steps = N;
   rep.prompt_tokens = prompts;
+  rep.attention_measured = options.measure_attention;
 
   // 1. Dense: no chain, the core's dense kernel everywhere, on the chain's KV store.
   GreedyRun dense;
@@ -248,12 +249,14 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
   for (int32_t L = 0; L < c.n_layers; ++L) layers[size_t(L)].layer = L;
   {
     EngineOptions mo = eo;
-    mo.record_selections = true;
+    mo.record_selections = options.measure_attention;
     Engine engine(weights, mo, resolve_for_model(chain, registry, c, mo));
-    engine.set_probe([&](const LayerProbe& p) {
-      LayerFidelity& lf = layers[size_t(p.layer)];
-      measure(p, c, p.phase == SIEVE_PHASE_PREFILL ? &lf.prefill : &lf.decode);
-    });
+    if (options.measure_attention) {
+      engine.set_probe([&](const LayerProbe& p) {
+        LayerFidelity& lf = layers[size_t(p.layer)];
+        measure(p, c, p.phase == SIEVE_PHASE_PREFILL ? &lf.prefill : &lf.decode);
+      });
+    }
     auto t0 = clock::now();
     GreedyRun forced = run_greedy(engine, prompts, N, task ? fed : &dense.tokens, true, [&](Engine& e, const std::vector<int32_t>& ids) {
       // Resident tokens per layer against tokens fed (eviction shows here).

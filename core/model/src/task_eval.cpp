@@ -34,7 +34,7 @@ TaskScore grade_task(const std::vector<TaskInstance>& instances, const std::vect
 
 TaskReport evaluate_task(const ModelWeights& weights, const std::string& task, int32_t length, uint64_t seed,
                          int32_t count, const runtime::ChainSpec& chain, const runtime::Registry& registry,
-                         const EngineOptions& engine) {
+                         const EvalOptions& options) {
   require(count >= 1, SIEVE_ERR_INVALID_ARGUMENT, "task: instances must be >= 1, got " + std::to_string(count));
   const ModelConfig& c = weights.config;
   require(c.vocab_size == task_vocab::kSize, SIEVE_ERR_INVALID_ARGUMENT,
@@ -49,8 +49,8 @@ TaskReport evaluate_task(const ModelWeights& weights, const std::string& task, i
   r.seed = seed;
   std::vector<TaskInstance> instances;
   std::vector<std::vector<int32_t>> prompts;
-  EvalOptions eo;
-  eo.engine = engine;
+  EvalOptions eo = options;
+  eo.continuations.clear();
   for (int32_t i = 0; i < count; ++i) {
     instances.push_back(make_task_instance(task, length, seed, uint64_t(i)));
     prompts.push_back(instances.back().prompt);

@@ -57,6 +57,9 @@ struct EvalOptions {
   // Empty, or one per prompt (at least steps - 1 tokens each): fed after the prompt instead of the
   // dense run's greedy tokens, in the dense and the measured chain run.
   std::vector<std::vector<int32_t>> continuations;
+  // false: no per-call attention measurement (recall, out rel err, attended: the f64 reference
+  // over every query row, the costly part at long contexts); the logits metrics stay.
+  bool measure_attention = true;
 };
 
 // Attention fidelity of one layer in one phase, aggregated over every call of the run.
@@ -80,6 +83,7 @@ struct EvalReport {
   std::string chain;        // normalised chain spec
   std::string device;
   int32_t prompts = 0, steps = 0;
+  bool attention_measured = true;     // false: layers, prefill, decode hold no measurement
   std::vector<LayerFidelity> layers;
   AttentionFidelity prefill, decode;  // over every layer
 

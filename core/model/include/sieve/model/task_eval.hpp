@@ -36,12 +36,13 @@ struct TaskReport {
 // Grade `predicted` (the argmax at each continuation position, one row per instance).
 TaskScore grade_task(const std::vector<TaskInstance>& instances, const std::vector<std::vector<int32_t>>& predicted);
 
-// Instances 0..count-1 of `task` at `length` tokens under `seed`, evaluated in one batch.
+// Instances 0..count-1 of `task` at `length` tokens under `seed`, evaluated in one batch with
+// `options`' engine and measure_attention (its steps and continuations come from the task).
 // Throws sieve::Error (one line) for a bad task or length, a model whose vocabulary is not the
 // tasks' or too short for `length`, and what evaluate_fidelity throws.
 TaskReport evaluate_task(const ModelWeights& weights, const std::string& task, int32_t length, uint64_t seed,
                          int32_t count, const runtime::ChainSpec& chain, const runtime::Registry& registry,
-                         const EngineOptions& engine);
+                         const EvalOptions& options);
 
 // The seed a model was trained with, from training.json beside it (bench/train/train.py writes
 // it), or nullopt when there is none (`model` "": the embedded model). Throws sieve::Error when
