@@ -73,7 +73,8 @@ def parse_args(argv=None):
                    help="budget share the shortest length may take (where the induction mechanism is learnt)")
     p.add_argument("--last-stage-share", type=float, default=0.25,
                    help="budget share kept for the longest length (the middle stages' deadlines spread between)")
-    p.add_argument("--eval-seconds", type=float, default=30.0)
+    p.add_argument("--eval-seconds", type=float, default=20.0,
+                   help="held-out evaluation period (also when a stage may end early)")
     p.add_argument("--eval-instances", type=int, default=64)
     p.add_argument("--ckpt-minutes", type=float, default=2.0)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: the budget only)")
