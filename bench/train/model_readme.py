@@ -46,16 +46,21 @@ def main():
         f"- command: `{a.command}`",
     ]
     out += ["", "Call header (train.log):", "", "```"] + header + ["```", ""]
-    out += [f"Held-out accuracy at {final_len} tokens (graded tokens right / instances all right), "
-            f"{info['args']['eval_instances']} instances per task:", "",
-            "| t (s) | step | stage length | " + " | ".join(tasks) + " |",
-            "| --- | --- | --- | " + " | ".join("---" for _ in tasks) + " |"]
-    for row in curve:
-        cells = []
-        for t in tasks:
-            e = row["eval"].get(f"{t}@{final_len}")
-            cells.append(f"{e['accuracy']:.3f} / {e['exact']:.3f}" if e else "")
-        out.append(f"| {row['t']:.0f} | {row['step']} | {row['length']} | " + " | ".join(cells) + " |")
+    def table(title, length_of):
+        rows = [title, "", "| t (s) | step | stage length | " + " | ".join(tasks) + " |",
+                "| --- | --- | --- | " + " | ".join("---" for _ in tasks) + " |"]
+        for row in curve:
+            cells = []
+            for t in tasks:
+                e = row["eval"].get(f"{t}@{length_of(row)}")
+                cells.append(f"{e['accuracy']:.3f} / {e['exact']:.3f}" if e else "")
+            rows.append(f"| {row['t']:.0f} | {row['step']} | {row['length']} | " + " | ".join(cells) + " |")
+        return rows + [""]
+
+    n = info["args"]["eval_instances"]
+    out += table(f"Held-out accuracy at the stage's own length (graded tokens right / instances all right), "
+                 f"{n} instances per task:", lambda row: row["length"])
+    out += table(f"Held-out accuracy at {final_len} tokens, the same instances' kind:", lambda row: final_len)
     out += ["", "Arguments:", "", "```", json.dumps(info["args"], indent=1, sort_keys=True), "```", ""]
     with open(os.path.join(a.model_dir, "README.md"), "w") as f:
         f.write("\n".join(out))
