@@ -126,6 +126,15 @@ def test_resume_continues_the_run(trained, tmp_path):
     train.main(tiny_args(tmp_path, "--max-steps", "8", "--resume", str(trained / "ckpt.pt"), "--eval-seconds", "0"))
     rows = [json.loads(line) for line in open(tmp_path / "curve.jsonl")]
     assert [r["step"] for r in rows] == [6, 7, 8]  # 6 steps restored, 2 more
+    assert rows[0]["length"] == 64 and rows[-1]["length"] == 64  # the checkpoint's stage
+
+
+def test_resume_can_restart_the_curriculum(trained, tmp_path):
+    import train
+
+    train.main(tiny_args(tmp_path, "--max-steps", "7", "--resume", str(trained / "ckpt.pt"), "--from-stage", "1"))
+    rows = [json.loads(line) for line in open(tmp_path / "curve.jsonl")]
+    assert rows[-1]["step"] == 7 and rows[-1]["length"] == 128
 
 
 def test_unsolved_tasks_get_the_batch():

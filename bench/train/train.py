@@ -50,6 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="output directory (curve, checkpoint, model/)")
     p.add_argument("--minutes", type=float, required=True, help="wall-clock training budget of this call")
     p.add_argument("--resume", help="checkpoint to continue from")
+    p.add_argument("--from-stage", type=int, default=-1,
+                   help="with --resume: restart the curriculum at this stage (default: the checkpoint's)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=DEFAULT_TRAIN_SEED, help="training instances' seed")
     p.add_argument("--eval-seed", type=int, default=2, help="held-out instances' seed (not --seed)")
@@ -251,7 +253,7 @@ def main(argv=None):
         model.load_state_dict(state["model"])
         if opt_state is not None:
             opt.load_state_dict(opt_state)
-        stage = min(state["stage"], len(lengths) - 1)
+        stage = min(state["stage"] if a.from_stage < 0 else a.from_stage, len(lengths) - 1)
         step = state["step"]
         counters.update(state["counters"])
         history = state.get("history", [])
