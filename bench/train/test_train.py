@@ -210,3 +210,35 @@ def test_sieve_loads_the_model_and_gives_its_logits(trained, tmp_path):
                               str(json.load(open(trained / "model" / "training.json"))["train_seed"])],
                              capture_output=True, text=True)
     assert refused.returncode != 0 and "training seed" in refused.stderr
+
+
+COMMITTED = os.path.join(HERE, "..", "..", "hosts", "sieve", "models", "longctx")
+
+
+@needs_sieve
+@pytest.mark.skipif(not os.path.exists(os.path.join(COMMITTED, "config.json")), reason="no committed model")
+def test_committed_model_gives_the_torch_logits(tmp_path):
+    """The committed model, read back into the torch Llama from its own files, and Sieve's host
+    give the same logits on a passkey instance (the bound of Forward.MatchesTrainedModelLogits)."""
+    import shutil
+
+    cfg = json.load(open(os.path.join(COMMITTED, "config.json")))
+    model = Llama(Config(vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], n_layers=cfg["num_hidden_layers"],
+                         n_heads=cfg["num_attention_heads"], n_kv_heads=cfg["num_key_value_heads"],
+                         hidden_dim=cfg["intermediate_size"], max_len=cfg["max_position_embeddings"],
+                         rope_theta=cfg["rope_theta"], norm_eps=cfg["rms_norm_eps"]))
+    saved = read_safetensors(os.path.join(COMMITTED, "model.safetensors"))
+    model.load_state_dict({k[len("model."):] if k.startswith("model.") else k: v for k, v in saved.items()})
+    model.eval()
+    ref = tmp_path / "model"
+    ref.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(COMMITTED, f), ref / f)
+    tok, _, _ = tasks.generate("passkey", 256, 1000, np.arange(1))  # its shortest trained length
+    with torch.no_grad():
+        logits = model(torch.from_numpy(tok))[0]
+    assert int(logits[-6:-1].argmax(-1).eq(torch.from_numpy(tok[0, -5:])).sum()) == 5  # it knows the answer
+    json.dump({"tokens": tok[0].tolist(), "logits": logits.tolist()}, open(ref / "reference.json", "w"))
+    run = subprocess.run([os.environ["SIEVE_TEST_MODEL_BIN"], "--gtest_filter=Forward.MatchesTrainedModelLogits"],
+                         capture_output=True, text=True, env=dict(os.environ, SIEVE_TRAINED_REFERENCE_DIR=str(ref)))
+    assert run.returncode == 0 and "[  PASSED  ] 1 test" in run.stdout, run.stdout + run.stderr
