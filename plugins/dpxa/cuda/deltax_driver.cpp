@@ -33,7 +33,7 @@ void DeltaXAttention::allocate_cuda(const Allocate& allocate) {
   packed_pos_d_ = allocate(packed * 4);
   packed_count_d_ = allocate(packed * 4);
   row_spans_d_ = allocate(size_t(g_.max_batch) * size_t(blocks) * size_t(g_.n_q_heads) * 2 * 4);
-  spans_capacity_ = int64_t(g_.max_batch) * g_.n_q_heads * (blocks * (blocks + 1) / 2);
+  spans_capacity_ = int64_t(g_.max_batch) * g_.n_q_heads * row_span_capacity(cfg_.block, g_.max_seq_len);
   spans_d_ = allocate(size_t(spans_capacity_) * 3 * 4);
 }
 
@@ -85,6 +85,7 @@ void DeltaXAttention::attend_cuda(const sieve_layer_call& call, const sieve_sele
   a.packed_pos = packed_pos_d_.get<int32_t>();
   a.packed_count = packed_count_d_.get<int32_t>();
   a.row_spans = row_spans_d_.get<int32_t>();
+  a.span_stride = row_span_capacity(B, g.max_seq_len);
   a.spans = spans_d_.get<int32_t>();
   a.stream = stream;
   int64_t blocks0 = 0;  // query blocks of the earlier sequences
@@ -97,6 +98,7 @@ void DeltaXAttention::attend_cuda(const sieve_layer_call& call, const sieve_sele
     a.var_row0 = blocks0 * g.n_q_heads;
     a.exact_bits = exact_bits_d_.get<uint32_t>() + blocks0 * g.n_q_heads * exact_words_;
     a.packed_base = int64_t(b) * g.n_kv_heads * g.max_seq_len;
+    a.span_base = int64_t(b) * g.n_q_heads * a.span_stride;
     blocks0 += a.QB;
     if (a.QB == 0) continue;
     pk.pages = sieve::data_ptr<const int32_t>(view.indices) + view.indptr_host[b];

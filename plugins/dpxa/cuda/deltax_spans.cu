@@ -3,8 +3,8 @@
 //   deltax_packed  a CTA per (key block, KV head): the block's anchors (block_pack_cuda.hpp's
 //                  offsets) as packed keys, position jB + offset and count = keys up to the next
 //                  anchor of the block (or its end);
-//   deltax_spans   a warp per (query block, q head) row: one span per kept tile, in the
-//                  selection's order — exact (sink, diagonal, or its bit in exact_bits): KEYS
+//   deltax_spans   a warp per (query block, q head) row: one span per kept tile (at most the
+//                  row's candidates), in the selection's order — exact (sink, diagonal, or its bit in exact_bits): KEYS
 //                  [jB, min((j+1)B, n)); packed: PACKED over the block's anchors. Entries outside
 //                  the row's candidates become empty spans (the host cannot be told without a
 //                  synchronisation; the plugin's own select never writes them).
@@ -37,14 +37,16 @@ __global__ void __launch_bounds__(32) deltax_spans(const DeltaxLaunch a) {
   const int32_t group = a.hq / a.hkv, kvh = h / group;
   const RowSpan span = row_span(a.kv_len, a.n_new, a.B, t);
   const int64_t sel_row = a.sel_row0 + int64_t(t) * a.H + (a.rows_per_kv_head ? kvh : h);
-  const int32_t e0 = a.sel_indptr[sel_row], e1 = a.sel_indptr[sel_row + 1];
-  // Row (t, h)'s spans at slots [first, first + e1 - e0): a KV-head row's entries are shared by
-  // its group's q heads, each taking its own stretch of the entries' group-wide slots.
-  const int64_t first = a.rows_per_kv_head ? int64_t(e0) * group + int64_t(h % group) * (e1 - e0) : e0;
+  const int32_t e0 = a.sel_indptr[sel_row];
+  // A row holds at most its candidates (ascending and in range, the plugin's own select's): its
+  // spans sit at [first, first + n) of this (sequence, q head)'s stretch, after the earlier query
+  // blocks' candidates; entries past that many become nothing.
+  const int32_t n = min(a.sel_indptr[sel_row + 1] - e0, span.n_candidates);
+  const int64_t first = a.span_base + int64_t(h) * a.span_stride + row_prefix(a.kv_len, a.n_new, a.B, t);
   const uint32_t* bits = a.exact_bits + (int64_t(t) * a.hq + h) * a.exact_words;
-  for (int32_t e = e0 + lane; e < e1; e += 32) {
-    const int32_t j = a.sel_indices[e];
-    int32_t* out = a.spans + (first + (e - e0)) * 3;
+  for (int32_t i = lane; i < n; i += 32) {
+    const int32_t j = a.sel_indices[e0 + i];
+    int32_t* out = a.spans + (first + i) * 3;
     if (j < 0 || j >= span.n_candidates) {
       out[0] = SIEVE_SPAN_KEYS, out[1] = 0, out[2] = 0;
       continue;
@@ -60,7 +62,7 @@ __global__ void __launch_bounds__(32) deltax_spans(const DeltaxLaunch a) {
   if (lane == 0) {
     const int64_t row = a.var_row0 + int64_t(t) * a.hq + h;
     a.row_spans[2 * row] = int32_t(first);
-    a.row_spans[2 * row + 1] = int32_t(first + (e1 - e0));
+    a.row_spans[2 * row + 1] = int32_t(first + n);
   }
 }
 

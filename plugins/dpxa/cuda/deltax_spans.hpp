@@ -25,12 +25,22 @@ struct DeltaxLaunch {
   const int32_t* n_anchors;   // [hkv][KB]
   // the variant (sieve_attention_variant), written here
   int64_t packed_base;        // this sequence's first packed key: b * hkv * max_seq_len
+  int64_t span_base;          // this sequence's first span: b * hq * span_stride
+  int64_t span_stride;        // spans per (sequence, q head): row_span_capacity
   int32_t* packed_pos;        // [max_batch][hkv][max_seq_len]: block j's anchors from j * B
   int32_t* packed_count;      // same
   int32_t* row_spans;         // [rows][2]
-  int32_t* spans;             // [selection entries x group][3]: row (t, h)'s at its entries' slots
+  int32_t* spans;             // [max_batch][hq][span_stride][3]: row (t, h)'s from its earlier query
+                              // blocks' candidates (row_prefix), at most its own candidates
   void* stream;
 };
+
+// Spans one (sequence, q head) may need: Σ_t candidates(t) over its query blocks, at most
+// KB(KB+1)/2 + KB for KB key blocks (a chunked prefill's blocks straddle key blocks).
+inline int64_t row_span_capacity(int32_t B, int32_t max_seq_len) {
+  const int64_t blocks = (int64_t(max_seq_len) + B - 1) / B;
+  return blocks * (blocks + 3) / 2;
+}
 
 // Enqueue the sequence's packed keys and spans on a.stream (no allocation, no synchronisation).
 // NULL, or the CUDA error string of a failed launch.

@@ -24,13 +24,9 @@ __device__ const T* query_row_t(const SequenceLaunch& a, int32_t h, int64_t i) {
   return static_cast<const T*>(a.q) + ((a.q_token0 + i) * a.hq + h) * a.d;
 }
 
-// Tiles of query blocks 0 .. t-1 of one head, in closed form: every query block before the last
-// is full, so block u sees u + 1 + ceil(base / B) key blocks (base = kv_len - n_new cached
-// tokens); Σ_{u<t} = t(t+1)/2 + t·ceil(base / B). (A loop over u cost O(t) divisions per thread
-// of every CTA: ~10^3 at 128K.)
+// Tiles of query blocks 0 .. t-1 of one head of the sequence (dpxa_tiles.hpp's row_prefix).
 __device__ __forceinline__ int64_t row_prefix(const SequenceLaunch& a, int32_t t) {
-  const int64_t c = (a.kv_len - a.n_new + a.B - 1) / a.B;
-  return int64_t(t) * (t + 1) / 2 + int64_t(t) * c;
+  return sieve::dpxa::row_prefix(a.kv_len, a.n_new, a.B, t);
 }
 
 // The power of two the bitonic sort of n keys spans (1 for n <= 1).
