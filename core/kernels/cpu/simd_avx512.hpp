@@ -1,6 +1,7 @@
 // The AVX-512 vector type of the decode and prefill kernels (decode_loop.hpp, prefill_loop.hpp):
-// 16 floats. For translation units compiled with -mavx512f -mavx512bw -mfma -mf16c only; it sits in their anonymous
-// namespace, so nothing built from it is shared with code compiled for other CPUs.
+// 16 floats. For translation units compiled with -mavx512f -mavx512bw -mfma -mf16c only; it sits
+// in their anonymous namespace, so nothing built from it is shared with code compiled for other
+// CPUs.
 #pragma once
 #include <immintrin.h>
 

@@ -30,8 +30,24 @@ void finalize_row(const Call& c, int32_t token, int32_t h, float m, float l, con
   if (c.lse_all) c.lse_all[i] = lse;
 }
 
+// K and V of the tile's pages converted (or gathered) into w.kf and w.vf as [nk, d] f32, each
+// key's position into w.kpos; returns nk.
+int load_key_rows(const Call& c, const Item& it, const int32_t* pages, int n_pages, Scratch& w) {
+  const int d = c.s.d;
+  int nk = 0;
+  for (int u = 0; u < n_pages; ++u) {
+    const int n = c.page_tokens(it.b, pages[u]);
+    const int64_t o = c.slab(it.b, pages[u], it.g);
+    load_rows(c.k, c.kv_dt, o, n, d, c.s.pages.token, w.kf.data() + int64_t(nk) * d);
+    load_rows(c.v, c.kv_dt, o, n, d, c.s.pages.token, w.vf.data() + int64_t(nk) * d);
+    for (int i = 0; i < n; ++i) w.kpos[nk + i] = pages[u] * c.s.page_size + i;
+    nk += n;
+  }
+  return nk;
+}
+
 // K and V of the tile's pages as [nk, d] f32 with each key's position; a single compact f32 page
-// is read in place, anything else is converted (or gathered) into the scratch buffers.
+// is read in place, anything else goes through load_key_rows.
 struct KeyTile {
   const float* k;
   const float* v;
@@ -39,24 +55,13 @@ struct KeyTile {
 };
 KeyTile gather_keys(const Call& c, const Item& it, const int32_t* pages, int n_pages,
                     Scratch& w) {
-  const int d = c.s.d;
-  int32_t* kpos = w.kpos.data();
   if (n_pages == 1 && c.in_place()) {
     const int64_t o = c.slab(it.b, pages[0], it.g);
     const int nk = c.page_tokens(it.b, pages[0]);
-    for (int i = 0; i < nk; ++i) kpos[i] = pages[0] * c.s.page_size + i;
+    for (int i = 0; i < nk; ++i) w.kpos[i] = pages[0] * c.s.page_size + i;
     return {static_cast<const float*>(c.k) + o, static_cast<const float*>(c.v) + o, nk};
   }
-  int nk = 0;
-  for (int u = 0; u < n_pages; ++u) {
-    const int n = c.page_tokens(it.b, pages[u]);
-    const int64_t o = c.slab(it.b, pages[u], it.g);
-    load_rows(c.k, c.kv_dt, o, n, d, c.s.pages.token, w.kf.data() + int64_t(nk) * d);
-    load_rows(c.v, c.kv_dt, o, n, d, c.s.pages.token, w.vf.data() + int64_t(nk) * d);
-    for (int i = 0; i < n; ++i) kpos[nk + i] = pages[u] * c.s.page_size + i;
-    nk += n;
-  }
-  return {w.kf.data(), w.vf.data(), nk};
+  return {w.kf.data(), w.vf.data(), load_key_rows(c, it, pages, n_pages, w)};
 }
 
 // Online-softmax update of row r with its scores sr[0, nk): rescale the running state to the new
@@ -125,23 +130,13 @@ void decode_simd(const Call& c, const Item& it, int32_t token, const int32_t* pa
 #endif
 }
 
-
-// The tile's keys and values for the SIMD prefill kernel, as f32 rows: K into w.kf [nkp, d] (rows
-// past nk zero), V into w.vf [nk, d], positions into w.kpos. Returns nk; nkp into *nkp.
+// The tile's keys and values for the SIMD prefill kernel (load_key_rows), K's rows padded with
+// zeros to nkp, a multiple of kPrefillKeyAlign. Returns nk; nkp into *nkp.
 int gather_prefill_keys(const Call& c, const Item& it, const int32_t* pages, int n_pages,
                         Scratch& w, int* nkp) {
-  const int d = c.s.d;
-  int nk = 0;
-  for (int u = 0; u < n_pages; ++u) {
-    const int n = c.page_tokens(it.b, pages[u]);
-    const int64_t o = c.slab(it.b, pages[u], it.g);
-    load_rows(c.k, c.kv_dt, o, n, d, c.s.pages.token, w.kf.data() + int64_t(nk) * d);
-    load_rows(c.v, c.kv_dt, o, n, d, c.s.pages.token, w.vf.data() + int64_t(nk) * d);
-    for (int i = 0; i < n; ++i) w.kpos[nk + i] = pages[u] * c.s.page_size + i;
-    nk += n;
-  }
+  const int nk = load_key_rows(c, it, pages, n_pages, w);
   *nkp = (nk + kPrefillKeyAlign - 1) / kPrefillKeyAlign * kPrefillKeyAlign;
-  std::fill(w.kf.data() + int64_t(nk) * d, w.kf.data() + int64_t(*nkp) * d, 0.f);
+  std::fill(w.kf.data() + int64_t(nk) * c.s.d, w.kf.data() + int64_t(*nkp) * c.s.d, 0.f);
   return nk;
 }
 
@@ -250,7 +245,7 @@ void run_item(const Call& c, const Item& it, const int32_t* tokens, Scratch& w) 
     }
 }
 
-
+// Merges the split-KV states of one unit (decode: one token) by their log-sum-exp.
 void merge_unit(const Call& c, const Item& unit, const int32_t* tokens, Scratch& w) {
   const int d = c.s.d, nh = unit.nh;
   const int64_t pf = c.partial_floats(nh);

@@ -67,15 +67,29 @@ constexpr int32_t kMaxGroup = 16;
 constexpr int64_t kThreadedWork = int64_t(1) << 20;
 constexpr int64_t kMaxThreadedDim = 512;
 
-// Elements [off, off + d) of a float-storage tensor in bound order (bound_order_floats).
-void load_bound_order(const void* base, DLDataType t, int64_t off, int32_t d, float* dst) {
+// load(c) for c < d into bound order (bound_order_floats) at dst.
+template <class Load>
+void scatter_bound_order(Load load, int32_t d, float* dst) {
   const int32_t lanes = bound_order_lanes(d), round = lanes * kBoundChunk;
   const int64_t n = bound_order_floats(d);
   if (n != d) std::fill(dst, dst + n, 0.0f);
   for (int32_t r0 = 0; r0 < d; r0 += round)
     for (int32_t p = 0; p < lanes; ++p)
       for (int32_t i = 0, c = r0 + p * kBoundChunk; i < kBoundChunk && c < d; ++i, ++c)
-        dst[r0 + i * lanes + p] = load_float(base, t, off + c);
+        dst[r0 + i * lanes + p] = load(c);
+}
+
+// Elements [off, off + d) of a float-storage tensor in bound order, one loop per dtype (no
+// dtype test per element).
+void load_bound_order(const void* base, DLDataType t, int64_t off, int32_t d, float* dst) {
+  if (t.bits == 32) {
+    const float* s = static_cast<const float*>(base) + off;
+    scatter_bound_order([s](int32_t c) { return s[c]; }, d, dst);
+    return;
+  }
+  const uint16_t* s = static_cast<const uint16_t*>(base) + off;
+  if (t.code == kDLBfloat) scatter_bound_order([s](int32_t c) { return bf16_to_f32(s[c]); }, d, dst);
+  else scatter_bound_order([s](int32_t c) { return f16_to_f32(s[c]); }, d, dst);
 }
 
 }  // namespace
