@@ -17,7 +17,7 @@ PHASE_PREFILL, PHASE_DECODE = 1, 2
 STATUS_NAMES = {0: "ok", 1: "invalid argument", 2: "unsupported", 3: "version", 4: "out of memory",
                 5: "capacity", 6: "device", 7: "not found", 8: "internal"}
 PARAM_TYPES = {0: "bool", 1: "int", 2: "float", 3: "string", 4: "enum", 5: "int_list"}
-RUNTIME_NO_ENV, RUNTIME_NO_DEFAULT_DIRS = 1, 2
+RUNTIME_NO_ENV, RUNTIME_NO_DEFAULT_DIRS, RUNTIME_NO_PROBE = 1, 2, 4
 
 # DLPack device types and dtype codes (dlpack.h).
 DL_CPU, DL_CUDA = 1, 2
