@@ -142,8 +142,11 @@ def library_path():
 
 def load(path=None):
     path = path or library_path()
+    # RTLD_DEEPBIND: the runtime's references resolve in its own dependencies first, not in the
+    # libraries another package made global (torch loads its CUDA and C++ libraries so).
+    mode = C.RTLD_LOCAL | getattr(os, "RTLD_DEEPBIND", 0)
     try:
-        lib = C.CDLL(path)
+        lib = C.CDLL(path, mode=mode)
     except OSError as e:
         raise ImportError("sieve: cannot load the Sieve runtime %s (%s); build it (cmake --build) or set "
                           "SIEVE_LIBRARY to libsieve_runtime.so" % (path, e)) from None
