@@ -38,7 +38,10 @@ $B/bin/test_host_api > "$T" 2>&1; rc=$?; step test_host_api $rc; [ $rc = 0 ] || 
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$T" | tee -a "$S"
 
 t0=$(date +%s)
-(cd $B/python && timeout 240 python3 -m pytest -v -rs -p no:cacheprovider -s "$PWD/../../python/tests") >> "$T" 2>&1
+# With pytest-xdist (the GPU image has it) the tests run in a worker process: a crash there fails
+# that test and a new worker goes on with the rest; -rP keeps the printed measurements.
+xdist=""; python3 -c "import xdist" 2> /dev/null && xdist="-n 1 -rP"
+(cd $B/python && timeout 240 python3 -m pytest -v -rs $xdist -p no:cacheprovider -s "$PWD/../../python/tests") >> "$T" 2>&1
 rc=$?; step pytest $rc; [ $rc = 0 ] || status=1
 grep -E "^(FAILED|ERROR)|passed|failed|worst relative|bf16 vs f32|^SKIPPED" "$T" | tail -40 | tee -a "$S"
 
