@@ -14,6 +14,8 @@
 //   prefill: per sample a fresh store filled with ctx - new tokens, then one run_layer per layer
 //            with the `new` last tokens + end_step, timed; the untimed warm-up sample records the
 //            selections for the core-kernel-only time.
+// With several --kv-store, each chain runs on every store in turn (same contents), and each row
+// after the first store's carries its step time as a ratio of the first store's.
 #include "sieve/bench/policy.hpp"
 
 #include <algorithm>
@@ -103,6 +105,11 @@ std::string similar_contexts(const Shape& s, const PolicyOptions& o, std::vector
   return {};
 }
 
+// The --kv-store arguments as rows name them ("paged" when there is none).
+std::vector<std::string> store_labels(const PolicyOptions& o) {
+  return o.kv_stores.empty() ? std::vector<std::string>{"paged"} : o.kv_stores;
+}
+
 // --json FILE: the run's settings, then every row; false when the file cannot be written.
 bool write_json(const PolicyOptions& o, const Shape& base, const std::string& device_desc, const Report& sdpa,
                 const nlohmann::json& sdpa_note, const nlohmann::json& rows) {
@@ -113,8 +120,8 @@ bool write_json(const PolicyOptions& o, const Shape& base, const std::string& de
                          {"fill_phase", base.fill_phase == SIEVE_PHASE_PREFILL ? "prefill" : "decode"},
                          {"steps", o.steps}, {"warmup", o.warmup}, {"samples", o.samples}, {"runner_checks", o.check},
                          {"decode_store_growth_tokens", base.prefill() ? 0 : o.warmup + o.steps + 1},
-                         {"host_threads", host_threads()},
-                         {"kv_store", o.kv_store.empty() ? std::string("paged") : o.kv_store}};
+                         {"host_threads", host_threads()}, {"kv_stores", store_labels(o)},
+                         {"kv_store", store_labels(o).front()}};
   if (!sdpa.sdpa_meta.empty()) meta["sdpa"] = sdpa.sdpa_meta;
   if (!sdpa_note.is_null()) meta["sdpa_note"] = sdpa_note;
   std::ofstream f(o.json_out);
@@ -131,7 +138,7 @@ int run_policy_bench(const PolicyOptions& o) {
   };
   Shape base;
   if (std::string e = base_shape(o, &base); !e.empty()) return bad(e);
-  // Chains: dense (empty) first, then the user's.
+  // Chains: dense (empty) first, then the user's; each with every store (stores[i][c]).
   std::vector<std::pair<std::string, runtime::ChainSpec>> chains;
   chains.emplace_back("dense", runtime::ChainSpec{});
   for (const auto& text : o.chains) {
@@ -140,10 +147,17 @@ int run_policy_bench(const PolicyOptions& o) {
     if (!runtime::parse_chain_argument(text, &cs, &error)) return bad("--chain '" + text + "': " + error);
     chains.emplace_back(text, std::move(cs));
   }
-  for (auto& [label, spec] : chains) {
-    std::string error;
-    if (!runtime::apply_store_argument(o.kv_store, &spec, &error)) return bad("--kv-store: " + error);
-  }
+  const std::vector<std::string> store_names = store_labels(o);
+  std::vector<std::vector<runtime::ChainSpec>> stores(store_names.size());
+  for (size_t i = 0; i < store_names.size(); ++i)
+    for (const auto& [label, spec] : chains) {
+      runtime::ChainSpec with_store = spec;
+      std::string error;
+      if (!runtime::apply_store_argument(o.kv_stores.empty() ? std::string() : store_names[i], &with_store, &error))
+        return bad("--kv-store '" + store_names[i] + "': " + error);
+      stores[i].push_back(std::move(with_store));
+    }
+  const bool side_by_side = stores.size() > 1;
 
   runtime::DiscoveryOptions dopt;
   dopt.plugin_dirs = o.plugin_dirs;
@@ -175,12 +189,16 @@ int run_policy_bench(const PolicyOptions& o) {
       s.n_new = s.prefill() ? (o.new_tokens > 0 ? std::min(o.new_tokens, ctx) : ctx) : 1;
       shapes.push_back(s);
     }
-  // Every chain must resolve (names, parameters, phases, devices) before anything runs.
-  for (const auto& [label, spec] : chains) {
-    runtime::ResolvedChains rc;
-    if (std::string e = resolve(spec, registry, geometry_of(shapes.front()), &rc); !e.empty())
-      return bad("--chain '" + label + "': " + e);
-  }
+  // Every chain must resolve on every store (names, parameters, phases, devices) before anything
+  // runs; whether a policy fits a store is the Session's check (the row fails, naming both).
+  for (size_t i = 0; i < stores.size(); ++i)
+    for (size_t c = 0; c < chains.size(); ++c) {
+      runtime::ResolvedChains rc;
+      if (std::string e = resolve(stores[i][c], registry, geometry_of(shapes.front()), &rc); !e.empty())
+        return bad(c == 0 ? "--kv-store '" + store_names[i] + "': " + e  // dense has no policy: the store's
+                          : "--chain '" + chains[c].first + "'" + (side_by_side ? " on '" + store_names[i] + "'" : "") +
+                                ": " + e);
+    }
   auto shape_name = [&](const Shape& s) {
     return "policy/" + o.phase + "/" + std::to_string(s.hq) + "q" + std::to_string(s.hkv) + "kv" + std::to_string(s.d) +
            "/bs" + std::to_string(s.batch) + "/ctx" + std::to_string(s.ctx) + "/" + o.dtype;
@@ -215,9 +233,11 @@ int run_policy_bench(const PolicyOptions& o) {
   std::printf("== Sieve policy step, %s, %s: %s, %d layer(s), %dq/%dkv d%d, page %d, %s, keys %s, context through the %s chain's on_append\n",
               today_utc().c_str(), device_desc.c_str(), o.phase.c_str(), o.layers, o.hq, o.hkv, o.d, o.page,
               o.dtype.c_str(), o.keys.c_str(), base.fill_phase == SIEVE_PHASE_PREFILL ? "prefill" : "decode");
-  std::printf("%8s %5s %-44s %10s %10s %8s %10s %10s %9s %9s %9s\n", "ctx", "batch", "chain", "step ms", "dense ms",
-              "x dense", "core ms", "select ms", "attended", "resident", "x SDPA");
+  std::printf("%8s %5s %-44s %10s %10s %8s %10s %10s %9s %9s %9s%s\n", "ctx", "batch",
+              side_by_side ? "chain [store]" : "chain", "step ms", "dense ms", "x dense", "core ms", "select ms",
+              "attended", "resident", "x SDPA", side_by_side ? ("  / " + store_names[0]).c_str() : "");
   nlohmann::json rows = nlohmann::json::array();
+  std::vector<std::vector<double>> ratios(stores.size());  // step time / the first store's, per store
   bool failed = false;
   for (const Shape& s : shapes) {
     const double need = estimate_bytes(s, true), have = available_bytes(s.device) * o.memory_fraction;
@@ -259,34 +279,55 @@ int run_policy_bench(const PolicyOptions& o) {
       char why[256];
       std::snprintf(why, sizeof why, "needs ~%.1f GB, %.1f GB usable on %s", need / 1e9, have / 1e9, device_desc.c_str());
       std::printf("%8d %5d %-44s skipped: %s\n", s.ctx, s.batch, "(all chains)", why);
-      for (const auto& [label, spec] : chains) {
-        Result r;
-        r.chain = label;
-        r.skipped = why;
-        rows.push_back(row_json(r, 0));
-      }
+      for (size_t i = 0; i < stores.size(); ++i)
+        for (const auto& [label, spec] : chains) {
+          Result r;
+          r.chain = label;
+          r.skipped = why;
+          rows.push_back(row_json(r, 0));
+          rows.back()["kv_store"] = store_names[i];
+        }
       continue;
     }
     // --keys similar: every sequence's context generated once (host), shared by the chains.
     std::vector<SimilarContext> similar;
     if (s.similar)
       if (std::string e = similar_contexts(s, o, &similar); !e.empty()) return bad(std::string("--keys ") + o.keys + ": " + e);
-    double dense_ms = 0;
-    for (const auto& [label, spec] : chains) {
-      Result r = measure(s, label, spec, registry, *services, o, s.similar ? &similar : nullptr);
-      if (label == "dense" && r.error.empty()) dense_ms = r.step_ms;
-      rows.push_back(row_json(r, dense_ms));
-      if (!r.error.empty()) {
-        failed = true;
-        std::printf("%8d %5d %-44s FAILED: %s\n", s.ctx, s.batch, label.c_str(), r.error.c_str());
-        continue;
+    std::vector<double> dense_ms(stores.size(), 0.0);
+    for (size_t c = 0; c < chains.size(); ++c) {
+      const std::string& label = chains[c].first;
+      double base_ms = 0;  // this chain's step time on the first store
+      for (size_t i = 0; i < stores.size(); ++i) {
+        Result r = measure(s, label, stores[i][c], registry, *services, o, s.similar ? &similar : nullptr);
+        if (c == 0 && r.error.empty()) dense_ms[i] = r.step_ms;
+        if (i == 0 && r.error.empty()) base_ms = r.step_ms;
+        nlohmann::json j = row_json(r, dense_ms[i]);
+        j["kv_store"] = store_names[i];
+        double ratio = 0;
+        if (i > 0 && r.error.empty() && base_ms > 0) {
+          ratio = r.step_ms / base_ms;
+          j["base_kv_store"] = store_names[0];
+          j["base_store_step_ms"] = base_ms;
+          j["step_ratio_vs_base_store"] = ratio;
+          ratios[i].push_back(ratio);
+        }
+        rows.push_back(j);
+        // The store stays readable: the chain's text gives way when the column is full.
+        const std::string tag = side_by_side ? " [" + store_names[i] + "]" : "";
+        const size_t room = tag.size() < 30 ? 44 - tag.size() : 14;
+        const std::string shown = (label.size() > room ? label.substr(0, room - 3) + "..." : label) + tag;
+        if (!r.error.empty()) {
+          failed = true;
+          std::printf("%8d %5d %-44s FAILED: %s\n", s.ctx, s.batch, shown.c_str(), r.error.c_str());
+          continue;
+        }
+        std::printf("%8d %5d %-44s %10.4f %10.4f %8s %10.4f %10.4f %8.2f%% %8.2f%% %9s%s\n", s.ctx, s.batch,
+                    shown.size() > 44 ? (shown.substr(0, 41) + "...").c_str() : shown.c_str(), r.step_ms, dense_ms[i],
+                    dense_ms[i] > 0 ? fmt("%.2fx", dense_ms[i] / r.step_ms).c_str() : "-", r.core_ms,
+                    r.step_ms - r.core_ms, 100 * r.attended, 100 * r.resident_fraction,
+                    j.contains("speedup_vs_sdpa") ? fmt("%.2fx", j["speedup_vs_sdpa"].get<double>()).c_str() : "-",
+                    !side_by_side ? "" : i == 0 ? "          1" : fmt(" %10.4f", ratio).c_str());
       }
-      const nlohmann::json& j = rows.back();
-      std::printf("%8d %5d %-44s %10.4f %10.4f %8s %10.4f %10.4f %8.2f%% %8.2f%% %9s\n", s.ctx, s.batch,
-                  label.size() > 44 ? (label.substr(0, 41) + "...").c_str() : label.c_str(), r.step_ms, dense_ms,
-                  dense_ms > 0 ? fmt("%.2fx", dense_ms / r.step_ms).c_str() : "-", r.core_ms, r.step_ms - r.core_ms,
-                  100 * r.attended, 100 * r.resident_fraction,
-                  j.contains("speedup_vs_sdpa") ? fmt("%.2fx", j["speedup_vs_sdpa"].get<double>()).c_str() : "-");
     }
   }
   std::printf(
@@ -294,6 +335,13 @@ int run_policy_bench(const PolicyOptions& o) {
       "kernel alone on the selection the chain used (dense: on all keys); select ms = step - core (estimate, top-k,\n"
       "append, host work); attended: attended / causal keys; resident: tokens kept / appended (eviction).%s\n",
       base.prefill() ? o.samples : o.steps, base.prefill() ? "calls (--samples)" : "steps", o.sdpa ? " x SDPA: PyTorch SDPA (one layer, dense) x layers / step." : "");
+
+  for (size_t i = 1; i < stores.size(); ++i) {
+    if (ratios[i].empty()) continue;
+    const auto [lo, hi] = std::minmax_element(ratios[i].begin(), ratios[i].end());
+    std::printf("%s / %s step time: median %.4f, min %.4f, max %.4f over %zu row(s)\n", store_names[i].c_str(),
+                store_names[0].c_str(), median(ratios[i]), *lo, *hi, ratios[i].size());
+  }
 
   if (!o.json_out.empty() && !write_json(o, base, device_desc, sdpa, sdpa_note, rows)) {
     std::fprintf(stderr, "sieve_bench --policy: cannot write %s\n", o.json_out.c_str());

@@ -41,7 +41,10 @@ const char kUsage[] =
     "  --sdpa                       also time PyTorch SDPA on the dense shape (bench/sdpa_reference.py)\n"
     "  --sdpa-script PATH --python EXE\n"
     "  --memory-fraction F          skip sizes needing more than F of the free memory (0.9)\n"
-    "  --kv-store NAME(k=v,...)     the KV store of every chain, dense included (paged)\n"
+    "  --kv-store NAME(k=v,...)     the KV store of every chain, dense included (paged); repeat it to run\n"
+    "                               every case on each store, step times side by side with the first's\n"
+    "                               (an ENGINE_PAGES store runs over a stand-in engine's own shuffled\n"
+    "                               pages, its table bound before every layer call)\n"
     "  --plugin-dir DIR             searched first (repeatable); then SIEVE_PLUGIN_PATH, <exe>/../lib/sieve/plugins\n"
     "  --json FILE                  every number, the device, date and command line\n";
 
@@ -167,7 +170,7 @@ int policy_main(int argc, char** argv, int first, const char* prog) {
         o.memory_fraction = std::strtod(value().c_str(), &end);
         if (*end || !(o.memory_fraction > 0 && o.memory_fraction <= 1)) return bad("--memory-fraction '" + val + "': in (0, 1]");
       } else if (a == "--kv-store") {
-        o.kv_store = value();
+        o.kv_stores.push_back(value());
       } else if (a == "--plugin-dir") {
         o.plugin_dirs.push_back(value());
       } else if (a == "--json") {

@@ -3,6 +3,11 @@
 // context enters the store in chunks through LayerRunner::append_only — the store's append plus
 // the chain's on_append hooks (Quest min/max, RaaS stamps, ...), no attention — with the same
 // deterministic contents for every chain. docs/bench/policy.md says what each number means.
+// Over an ENGINE_PAGES store (engine_pool) a stand-in engine (runtime::EnginePages) owns the pages,
+// in shuffled order, and grows each sequence's table before every layer call; the store writes the
+// new tokens into the pages the table names. The engine builds the tables of a timed call before
+// the timer starts (an engine builds them for its own kernels anyway); binding them to the store
+// (its id checks) is inside, as is everything else Sieve does.
 #include "policy_case.hpp"
 
 #include <unistd.h>
@@ -14,6 +19,7 @@
 #include <memory>
 
 #include "sieve/reference/long_context.hpp"
+#include "sieve/runtime/engine_pages.hpp"
 #include "sieve/runtime/layer_runner.hpp"
 #include "sieve/runtime/session.hpp"
 
@@ -164,6 +170,12 @@ class PolicyCase {
     opt.runner.check = s.check;  // off unless --check: its host copies would be in the timings
     opt.runner.record_selections = false;
     opt.runner.min_selection_q_block = s.prefill() ? s.min_q_block : 1;
+    if (chains.store.entry.api && (chains.store.entry.descriptor.features & SIEVE_KV_FEATURE_ENGINE_PAGES)) {
+      engine_ = std::make_unique<runtime::EnginePages>(
+          services, runtime::EnginePages::Shape::for_store(g, opt.pages_per_layer, chains.store.entry, chains.store.values));
+      opt.release = engine_->sink();
+      opt.binds_pages = true;
+    }
     session_ = std::make_unique<runtime::Session>(services, g, std::move(chains), opt);
     runner_ = &session_->runner();
     seq_ids_.resize(size_t(s.batch));
@@ -226,6 +238,7 @@ class PolicyCase {
         in.k = &kt;
         in.v = &vt;
         in.k_pre_rope = (needs_ & SIEVE_NEEDS_PRE_ROPE_K) ? &kt : nullptr;  // synthetic: no rotation
+        if (engine_) session_->bind_pages(engine_->step(L, seq_ids_, std::vector<int32_t>(size_t(s_.batch), c)));
         std::string err;
         if (runner_->append_only(in, &err) != SIEVE_OK) fail(SIEVE_ERR_INTERNAL, "context fill: " + err);
       }
@@ -266,7 +279,16 @@ class PolicyCase {
     qo_->buf->upload(qo_host_.data(), qo_host_.size() * 4);
   }
 
-  // One step over all layers (the timed call), then end_step.
+  // Over an engine's pages: the engine's tables of the next call, every layer's sequences grown by
+  // n_new tokens (untimed: the engine's own work); run_layer binds them. No-op over other stores.
+  void prepare_step() {
+    if (!engine_) return;
+    tables_.assign(size_t(s_.layers), nullptr);
+    for (int32_t L = 0; L < s_.layers; ++L)
+      tables_[size_t(L)] = &engine_->step(L, seq_ids_, std::vector<int32_t>(size_t(s_.batch), s_.n_new));
+  }
+
+  // One step over all layers (the timed call; prepare_step first), then end_step.
   void step(uint64_t step_no) {
     positions_.clear();
     for (int32_t b = 0; b < s_.batch; ++b)
@@ -289,6 +311,11 @@ class PolicyCase {
     in.k = &k_->t;
     in.v = &v_->t;
     in.k_pre_rope = (needs_ & SIEVE_NEEDS_PRE_ROPE_K) ? &k_->t : nullptr;
+    if (engine_) {
+      require(size_t(L) < tables_.size() && tables_[size_t(L)], SIEVE_ERR_INTERNAL, "no engine table prepared");
+      session_->bind_pages(*tables_[size_t(L)]);
+      tables_[size_t(L)] = nullptr;  // one call per table: the next call's grows the sequences again
+    }
     std::string err;
     if (runner_->run_layer(in, &out_->t, &err) != SIEVE_OK) fail(SIEVE_ERR_INTERNAL, err);
   }
@@ -305,6 +332,7 @@ class PolicyCase {
     for (int32_t b = 0; b < s_.batch; ++b)
       for (int32_t i = 0; i < s_.n_new; ++i) positions_.push_back(logical_[size_t(b)] + i);
     poison_output();
+    prepare_step();
     runner_->set_record_selections(true);
     for (int32_t L = 0; L < s_.layers; ++L) run_layer(L, step_no);
     runner_->set_record_selections(false);
@@ -425,6 +453,8 @@ class PolicyCase {
   HostServices& services_;
   sieve_geometry g_{};
   uint32_t needs_ = 0;
+  std::unique_ptr<runtime::EnginePages> engine_;  // ENGINE_PAGES stores: the pages' owner (outlives the session)
+  std::vector<const sieve_kv_pages*> tables_;      // its tables of the next call, per layer
   std::unique_ptr<runtime::Session> session_;
   runtime::LayerRunner* runner_ = nullptr;  // the session's
   std::vector<int32_t> seq_ids_, logical_, qo_host_, positions_;
@@ -449,6 +479,7 @@ Result measure(const Shape& s, const std::string& label, const runtime::ChainSpe
       Timer timer(services);
       uint64_t step = 1;
       for (int i = 0; i < o.warmup + o.steps; ++i, ++step) {
+        c.prepare_step();
         timer.start();
         c.step(step);
         const double t = timer.stop_ms();
@@ -465,6 +496,7 @@ Result measure(const Shape& s, const std::string& label, const runtime::ChainSpe
           continue;
         }
         Timer timer(services);
+        c.prepare_step();
         timer.start();
         c.step(0);
         ms.push_back(timer.stop_ms());

@@ -1,4 +1,5 @@
-# CTest: `sieve_bench --policy --device cpu` at tiny sizes, dense vs streaming, decode and prefill;
+# CTest: `sieve_bench --policy --device cpu` at tiny sizes, dense vs streaming, decode and prefill,
+# the core store beside the engine-pool store;
 # then checks that the JSON has every field with plausible values (a real run: fails if the
 # benchmark fails, writes no JSON, loses a row, or reports numbers that cannot be right).
 #   cmake -DBENCH=<sieve_bench> -DPLUGINS=<plugin dir> -DOUT=<dir> [-DDEVICE=cuda] -P policy_smoke.cmake
@@ -136,6 +137,70 @@ if(WITH_RAAS)
   if(res GREATER 0.5 OR NOT bytes1 LESS bytes0)
     fail("raas kept ${res} of the tokens, ${bytes1} bytes against dense ${bytes0}")
   endif()
+endif()
+
+# ---- the engine-pool store beside the core store, in one run ------------------------------------
+# Every chain runs on each --kv-store in turn; over engine_pool a stand-in engine owns the pages
+# (shuffled, HND and NHD) and binds its table before every layer call. The stores hold the same
+# K/V, so each engine_pool row must attend, keep and count exactly what the first store's row
+# does, and carry its step time as a ratio of that row's.
+function(check_stores n_stores)
+  string(JSON n LENGTH "${text}" results)
+  string(JSON nmeta LENGTH "${text}" meta kv_stores)
+  if(NOT nmeta EQUAL n_stores)
+    fail("meta.kv_stores has ${nmeta} entries, expected ${n_stores}")
+  endif()
+  math(EXPR last "${n} - 1")
+  foreach(i RANGE ${last})
+    math(EXPR at "${i} % ${n_stores}")
+    math(EXPR base "${i} - ${at}")
+    string(JSON store GET "${text}" results ${i} kv_store)
+    string(JSON want GET "${text}" meta kv_stores ${at})
+    string(JSON err ERROR_VARIABLE none GET "${text}" results ${i} error)
+    if(NOT none)
+      fail("row ${i} (${store}) failed: ${err}")
+    endif()
+    if(NOT store STREQUAL want)
+      fail("row ${i} ran on '${store}', expected '${want}' (each chain on every store in turn)")
+    endif()
+    if(at GREATER 0)
+      positive(ratio ${i} step_ratio_vs_base_store)
+      foreach(key attended_fraction resident_fraction kv_bytes selection chain)
+        string(JSON a GET "${text}" results ${base} ${key})
+        string(JSON b GET "${text}" results ${i} ${key})
+        if(NOT a STREQUAL b)
+          fail("row ${i} (${store}): ${key} '${b}', the base store's row ${base}: '${a}'")
+        endif()
+      endforeach()
+    endif()
+  endforeach()
+endfunction()
+set(evicting "streaming(sink=8,window=32)")
+if(WITH_RAAS)
+  set(evicting "decode:*=raas(token_budget=64)")
+endif()
+run_bench(stores --phase decode --layers 2 --hq 4 --hkv 2 --d ${D1} --page 16 ${DT} --ctx 256 --batch 2
+          --steps 3 --warmup 1 --chain "${evicting}" --kv-store paged --kv-store engine_pool
+          --kv-store "engine_pool(layout=nhd)")
+string(JSON n LENGTH "${text}" results)
+if(NOT n EQUAL 6)  # (dense, the chain) x 3 stores
+  fail("${n} rows over three stores, expected 6")
+endif()
+check_stores(3)
+if(WITH_RAAS)  # RaaS evicted over the engine's pages too (the bytes are equal: check_stores)
+  positive(res 4 resident_fraction)
+  if(res GREATER 0.5)
+    fail("raas over engine_pool kept ${res} of the tokens")
+  endif()
+endif()
+run_bench(stores_prefill --phase prefill --layers 1 --hq 4 --hkv 1 --d ${D2} --page 16 ${DT} --ctx 200 --new 64
+          --batch 2 --samples 2 --chain "prefill:*=streaming(sink=4,window=16)" --kv-store paged
+          --kv-store "engine_pool(layout=combined)")
+check_stores(2)
+execute_process(COMMAND ${BENCH} --policy --device ${DEVICE} --plugin-dir ${PLUGINS} --kv-store engine_pol --ctx 64
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "^sieve_bench --policy: --kv-store 'engine_pol': [^\n]*unknown KV store 'engine_pol'[^\n]*\n$")
+  fail("an unknown store gave status ${rc}: ${err}")
 endif()
 
 # ---- bad input: one line and a non-zero status --------------------------------------------------

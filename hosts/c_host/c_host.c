@@ -6,8 +6,12 @@
  * this program computes from its own copy of K/V, so a wrong runtime fails here; the chain's output
  * is checked for finiteness and reported as its distance from dense, with the KV bytes each holds.
  * Finally it checks that bad input is refused with a status and a message, not a crash.
+ * With --engine-pool the chain also runs over a cache this host keeps itself (engine_pages.c: its
+ * own pool in shuffled page order, HND and then NHD, bound per layer and step through
+ * sieve_session_bind_pages, evicted pages coming back through the release sink), and must give the
+ * core store's outputs and KV bytes bit for bit; a table naming a page outside the pool is refused.
  *
- *   sieve_c_host [--plugin-dir DIR]... [--chain SPEC] [--steps N]
+ *   sieve_c_host [--plugin-dir DIR]... [--chain SPEC] [--steps N] [--engine-pool]
  * Exit status 0 when every check passed, 1 otherwise, 2 on bad usage. */
 #include <sieve/host.h>
 
@@ -15,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine_pages.h"
 
 enum { LAYERS = 2, HQ = 8, HKV = 2, DIM = 64, PAGE = 16, BATCH = 2, MAX_SEQ = 256 };
 static const int32_t kPrompt[BATCH] = {37, 70}; /* ragged: last pages of 5 and 6 tokens */
@@ -90,7 +96,7 @@ typedef struct run_result {
 
 /* Runs prefill + `steps` decode steps through `session`, writing all outputs to `outputs`
  * (rows in call order) and comparing each against reference_row. */
-static int run_model(sieve_session* session, int steps, float* outputs, run_result* r) {
+static int run_model(sieve_session* session, engine_pages* engine, int steps, float* outputs, run_result* r) {
   int32_t seq[BATCH];
   int32_t qo[BATCH + 1];
   int64_t qs[3], ks[3], vs[3], os[3];
@@ -134,6 +140,11 @@ static int run_model(sieve_session* session, int steps, float* outputs, run_resu
       in.q = &tq;
       in.k = &tk;
       in.v = &tv;
+      if (engine && engine_pages_step(engine, session, layer, seq, BATCH, qo, &k[0][0][0], &v[0][0][0]) != SIEVE_OK) {
+        fprintf(stderr, "c_host: engine pages (layer %d, step %d): %s%s\n", layer, step,
+                engine_pages_last_error(engine), sieve_session_last_error(session));
+        return 0;
+      }
       if (sieve_session_attend(session, &in, &to) != SIEVE_OK) {
         fprintf(stderr, "c_host: attend (layer %d, step %d): %s\n", layer, step, sieve_session_last_error(session));
         return 0;
@@ -165,6 +176,15 @@ static int run_model(sieve_session* session, int steps, float* outputs, run_resu
       fprintf(stderr, "c_host: end_step: %s\n", sieve_session_last_error(session));
       return 0;
     }
+    /* Evicted pages came back to the engine: its lists hold exactly the tokens Sieve keeps. */
+    for (layer = 0; engine && layer < LAYERS; ++layer)
+      for (b = 0; b < BATCH; ++b) {
+        int32_t kept = -1;
+        sieve_session_seq_len(session, layer, seq[b], &kept);
+        CHECK(kept == engine_pages_tokens(engine, layer, b),
+              "step %d, layer %d, sequence %d: Sieve keeps %d tokens, the engine's pages hold %d", step, layer, b,
+              (int)kept, (int)engine_pages_tokens(engine, layer, b));
+      }
   }
   r->err_vs_reference = sqrt(num / den);
   if (sieve_session_synchronize(session) != SIEVE_OK || sieve_session_kv_bytes(session, &r->kv_bytes) != SIEVE_OK) {
@@ -224,9 +244,69 @@ static void check_error_paths(sieve_runtime* rt, sieve_session* s) {
   printf("refused as expected: %s\n", sieve_session_last_error(s));
 }
 
+/* The chain again, over this host's own cache (engine_pages.c) in `layout` through the engine_pool
+ * store: the same inputs must give the core store's outputs bit for bit (the same arithmetic in
+ * the same order; only the pages' physical ids and strides differ) and the same KV bytes. Pages
+ * the chain evicts must come back to the engine, and only pages the sequence held. */
+static void run_engine_pool(sieve_runtime* rt, const char* chain_text, int steps, uint32_t layout,
+                            const float* core_out, size_t n_out, const run_result* core, uint64_t dense_kv_bytes) {
+  const int32_t pool = BATCH * (MAX_SEQ / PAGE); /* what the core store holds per layer */
+  const char* name = layout == SIEVE_KV_LAYOUT_NHD ? "nhd" : "hnd";
+  char store[64];
+  sieve_geometry g = model_geometry();
+  sieve_session_options opt;
+  sieve_chain* chain = NULL;
+  sieve_session* s = NULL;
+  engine_pages* e = engine_pages_create(&g, pool, layout, 7u);
+  float* out = (float*)malloc(n_out * sizeof(float));
+  run_result r;
+  memset(&r, 0, sizeof r);
+  memset(&opt, 0, sizeof opt);
+  opt.hdr.struct_size = sizeof opt;
+  opt.hdr.version = SIEVE_ABI_MINOR;
+  opt.pages_per_layer = pool;
+  snprintf(store, sizeof store, "engine_pool(layout=%s)", name);
+  opt.kv_store = store;
+  if (!e || !out) {
+    CHECK(0, "out of memory");
+  } else if (sieve_chain_parse(rt, chain_text, &chain) != SIEVE_OK ||
+             (opt.release = engine_pages_sink(e), sieve_session_create(rt, &g, chain, &opt, &s)) != SIEVE_OK) {
+    CHECK(0, "engine-pool session (%s): %s", name, sieve_runtime_last_error(rt));
+  } else {
+    CHECK(!strcmp(sieve_session_kv_store_name(s), "engine_pool"), "the session runs on '%s', not engine_pool",
+          sieve_session_kv_store_name(s));
+    if (!run_model(s, e, steps, out, &r)) {
+      ++g_failures;
+    } else {
+      sieve_status st;
+      CHECK(!memcmp(out, core_out, n_out * sizeof(float)),
+            "%s: the chain over the engine's pages differs from the core store", name);
+      CHECK(r.kv_bytes == core->kv_bytes, "%s: KV bytes %llu over the engine's pages, %llu over the core store", name,
+            (unsigned long long)r.kv_bytes, (unsigned long long)core->kv_bytes);
+      /* A chain that kept fewer bytes than dense evicted: those pages went back through the sink. */
+      CHECK((core->kv_bytes < dense_kv_bytes) == (engine_pages_released(e) > 0),
+            "%s: the chain keeps %llu of dense's %llu KV bytes, and %d page(s) came back to the engine", name,
+            (unsigned long long)core->kv_bytes, (unsigned long long)dense_kv_bytes, engine_pages_released(e));
+      CHECK(engine_pages_bad_releases(e) == 0, "%s: %d page(s) released that the sequence did not hold", name,
+            engine_pages_bad_releases(e));
+      printf("engine pool (%s): identical to the core store, KV %llu bytes, %d page(s) given back to the host\n",
+             name, (unsigned long long)r.kv_bytes, engine_pages_released(e));
+      st = engine_pages_bind_bad_page(e, s, 0);
+      CHECK(st == SIEVE_ERR_INVALID_ARGUMENT && strstr(sieve_session_last_error(s), "outside the pool"),
+            "%s: a page id past the engine's pool was not refused (%d: %s)", name, (int)st,
+            sieve_session_last_error(s));
+      printf("refused as expected: %s\n", sieve_session_last_error(s));
+    }
+  }
+  sieve_session_destroy(s);
+  sieve_chain_destroy(chain);
+  engine_pages_destroy(e);
+  free(out);
+}
+
 int main(int argc, char** argv) {
   const char* chain_text = "decode:*=streaming(sink=16, window=32)";
-  int steps = 6, i;
+  int steps = 6, i, engine_mode = 0;
   uint32_t n = 0, major = sieve_host_api_version() >> 16;
   sieve_runtime* rt = NULL;
   sieve_chain* chain = NULL;
@@ -249,14 +329,22 @@ int main(int argc, char** argv) {
     } else if (!strcmp(argv[i], "--chain") && i + 1 < argc) {
       chain_text = argv[++i];
     } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
-      steps = atoi(argv[++i]);
+      char* end = NULL;
+      const long v = strtol(argv[++i], &end, 10);
+      if (*argv[i] == '\0' || *end || v < 0 || v > MAX_SEQ - kPrompt[BATCH - 1]) {
+        fprintf(stderr, "c_host: --steps '%s': expected an integer in [0, %d]\n", argv[i], MAX_SEQ - kPrompt[BATCH - 1]);
+        sieve_runtime_destroy(rt);
+        return 2;
+      }
+      steps = (int)v;
+    } else if (!strcmp(argv[i], "--engine-pool")) {
+      engine_mode = 1;
     } else {
-      fprintf(stderr, "usage: sieve_c_host [--plugin-dir DIR]... [--chain SPEC] [--steps N]\n");
+      fprintf(stderr, "usage: sieve_c_host [--plugin-dir DIR]... [--chain SPEC] [--steps N] [--engine-pool]\n");
       sieve_runtime_destroy(rt);
       return 2;
     }
   }
-  if (steps < 0 || kPrompt[BATCH - 1] + steps > MAX_SEQ) steps = 6;
 
   if (sieve_runtime_plugin_count(rt, &n) != SIEVE_OK) return fprintf(stderr, "c_host: %s\n", sieve_runtime_last_error(rt)), 1;
   printf("%u plugin(s)\n", n);
@@ -288,7 +376,7 @@ int main(int argc, char** argv) {
   if (!dense_out || !sparse_out) return fprintf(stderr, "c_host: out of memory\n"), 1;
   memset(&rd, 0, sizeof rd);
   memset(&rs, 0, sizeof rs);
-  if (!run_model(dense, steps, dense_out, &rd) || !run_model(sparse, steps, sparse_out, &rs)) ++g_failures;
+  if (!run_model(dense, NULL, steps, dense_out, &rd) || !run_model(sparse, NULL, steps, sparse_out, &rs)) ++g_failures;
   else {
     double num = 0, den = 0;
     size_t j;
@@ -304,6 +392,10 @@ int main(int argc, char** argv) {
     CHECK(rd.non_finite == 0 && rd.err_vs_reference < 1e-4, "dense output differs from the f64 reference (%.3e)",
           rd.err_vs_reference);
     CHECK(rs.non_finite == 0, "the chain's output has %d non-finite values", rs.non_finite);
+  }
+  if (engine_mode && g_failures == 0) {
+    run_engine_pool(rt, chain_text, steps, SIEVE_KV_LAYOUT_HND, sparse_out, n_out, &rs, rd.kv_bytes);
+    run_engine_pool(rt, chain_text, steps, SIEVE_KV_LAYOUT_NHD, sparse_out, n_out, &rs, rd.kv_bytes);
   }
   check_error_paths(rt, dense);
 

@@ -1,5 +1,6 @@
 // sieve plugins: list every plugin discovery finds, its capabilities and its parameter schema,
-// and every file that failed to load with the reason. Needs no GPU.
+// and every file that failed to load with the reason; `sieve plugins NAME`: one plugin (its policy
+// descriptor, schema, tools and the store it ships) or one KV store. Needs no GPU.
 #include <spdlog/spdlog.h>
 
 #include <boost/program_options.hpp>
@@ -11,6 +12,7 @@
 #include <sieve/runtime/descriptor_names.hpp>
 #include <sieve/runtime/params.hpp>
 #include <sieve/runtime/registry.hpp>
+#include <sieve/util/printable.hpp>
 
 #include "commands.hpp"
 #include "sieve/cli/parse_options.hpp"
@@ -166,6 +168,39 @@ void print_store(const StoreEntry& e) {
     std::printf("  parameters\n%s", format_schema(params, "    ").c_str());
 }
 
+// `sieve plugins NAME`: the plugin of that name (its entry, then the stores it ships) or else the
+// KV store of that name, in the listing's form; 2 and one line when neither exists.
+int show_one(const Registry& registry, const std::string& name, bool json) {
+  std::vector<const StoreEntry*> stores;
+  const LoadedPlugin* plugin = registry.find(name);
+  for (const auto& e : registry.stores())
+    if (plugin ? (!e.builtin() && e.plugin.path == plugin->path) : e.name == name) stores.push_back(&e);
+  if (!plugin && stores.empty()) {
+    std::vector<std::string> names;
+    for (const auto& p : registry.plugins()) names.push_back(p.name());
+    for (const auto& e : registry.stores()) names.push_back(e.name);
+    std::string line = "sieve plugins: no plugin or KV store named '" + sieve::printable(name) + "'";
+    if (std::string near = closest_name(name, names); !near.empty()) line += " (did you mean '" + near + "'?)";
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "%s; found: %s\n", line.c_str(), all.empty() ? "none" : all.c_str());
+    return 2;
+  }
+  if (json) {
+    nlohmann::json out = {{"plugins", nlohmann::json::array()}, {"stores", nlohmann::json::array()}};
+    if (plugin) out["plugins"].push_back(plugin_json(*plugin));
+    for (const StoreEntry* e : stores) out["stores"].push_back(store_json(*e));
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (plugin) print_plugin(*plugin);
+  for (const StoreEntry* e : stores) {
+    if (plugin) std::printf("\nKV store it ships (--kv-store NAME(k=v,...), a chain's kv_store line):\n\n");
+    print_store(*e);
+  }
+  return 0;
+}
+
 }  // namespace
 
 namespace sieve::cli {
@@ -173,18 +208,24 @@ namespace sieve::cli {
 int cmd_plugins(int argc, char** argv) {
   DiscoveryOptions options;
   bool json = false;
-  po::options_description desc("sieve plugins [options]\n\nList the plugins found (search order: "
+  std::string name;
+  po::options_description desc("sieve plugins [NAME] [options]\n\nList the plugins found (search order: "
                                "--plugin-dir, SIEVE_PLUGIN_PATH, <exe>/../lib/sieve/plugins, the "
-                               "install libdir)");
+                               "install libdir); with NAME, only that plugin or KV store");
   desc.add_options()("help,h", "this help")(
       "plugin-dir", po::value<std::vector<std::string>>(&options.plugin_dirs)->composing(),
       "search this directory first (repeatable)")("json", po::bool_switch(&json),
-                                                  "machine-readable output");
+                                                  "machine-readable output")(
+      "name", po::value(&name), "one plugin (descriptor, parameter schema, tools, its store) or KV store; "
+                                "also the first word without an option");
+  po::positional_options_description positional;
+  positional.add("name", 1);
   po::variables_map vm;
-  if (const auto done = parse_options("sieve plugins", desc, argc, argv, &vm)) return *done;
+  if (const auto done = parse_options("sieve plugins", desc, argc, argv, &vm, &positional)) return *done;
 
   Registry registry = Registry::discover(options);
   const bool missing = !registry.missing_dirs().empty();
+  if (!name.empty() && !missing) return show_one(registry, name, json);
 
   if (json) {
     nlohmann::json out;

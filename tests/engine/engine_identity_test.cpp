@@ -4,11 +4,14 @@
 // kernel visit the pages in logical order either way; only the physical ids (and, for NHD and
 // combined pools, the strides) differ, and neither changes any arithmetic. A layout the chain's
 // plugins (or the core kernel) do not declare is refused before anything runs, naming them.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "../plugins/support/chain_session.hpp"
 #include "engine/chain_identity.hpp"
 #include "sieve/runtime/kv_layouts.hpp"
+#include "sieve/runtime/session.hpp"
+#include "sieve/util/error.hpp"
 
 using namespace sieve;
 using namespace sieve::engine_test;
@@ -86,26 +89,53 @@ void identity(DLDevice device, DLDataType dtype) {
 
 TEST(EnginePoolIdentity, EveryChainMatchesTheCoreStoreBitForBitOnCpu) { identity(kCpu, kF32); }
 
+// Every in-tree plugin reads every layout (identity() asserts it), so the refusal is shown on
+// fixtures: `hnd_only` declares kv_layouts = HND, `minimal` declares nothing (a 1.0 descriptor:
+// compact HND). A strided layout is refused naming the policy, its instance, the store and the
+// layout, before anything runs; HND is not refused; the session refuses the same way.
 TEST(EnginePoolIdentity, LayoutRefusalsNameWhoCannotReadTheLayout) {
-  const runtime::Registry reg = sieve::testing::registry_with();
-  Workload w;
+  const runtime::Registry reg =
+      sieve::testing::registry_with({std::string(SIEVE_FIXTURE_DIR) + "/layouts", SIEVE_FIXTURE_DIR});
+  ASSERT_NE(reg.find("hnd_only"), nullptr) << "the hnd_only fixture was not built";
+  ASSERT_NE(reg.find("minimal"), nullptr) << "the minimal fixture was not built";
+  Workload w;  // head_dim 64, page 16, f32 on the CPU: both fixtures serve it
+  for (const auto& [plugin, declared] : {std::pair<std::string, std::string>{"hnd_only", ""},
+                                         std::pair<std::string, std::string>{"minimal", " (none: compact hnd)"}}) {
+    SCOPED_TRACE(plugin);
+    runtime::ResolvedChains chains;
+    std::vector<std::string> errors;
+    ASSERT_TRUE(runtime::resolve_chains(sieve::testing::parse_chain("decode:*=" + plugin), reg, geometry_of(w, kCpu),
+                                        &chains, &errors))
+        << (errors.empty() ? "" : errors.front());
+    EXPECT_TRUE(runtime::kv_layout_refusals(chains, SIEVE_KV_LAYOUT_HND, "engine_pool").empty());
+    for (const auto& [bit, name] : {std::pair<uint32_t, std::string>{SIEVE_KV_LAYOUT_NHD, "nhd"},
+                                    std::pair<uint32_t, std::string>{SIEVE_KV_LAYOUT_COMBINED, "combined"}}) {
+      const std::vector<std::string> why = runtime::kv_layout_refusals(chains, bit, "engine_pool(layout=" + name + ")");
+      // The prefill phase has no chain: the core kernel reads that layer's view, and is named
+      // only for a layout it cannot read.
+      const bool kernel_reads = (runtime::core_kernel_kv_layouts() & bit) != 0;
+      ASSERT_EQ(why.size(), 1u + size_t(!kernel_reads));
+      EXPECT_EQ(why.front(), "KV store 'engine_pool(layout=" + name + ")' hands out " + name + " pages, but plugin '" +
+                                 plugin + "' (instance " + plugin +
+                                 ") reads only the layouts its descriptor declares in kv_layouts" + declared +
+                                 "; choose layout=hnd or a plugin that reads " + name);
+    }
+  }
+  // The same refusal when a session is made over the store in that layout.
   runtime::ResolvedChains chains;
   std::vector<std::string> errors;
-  ASSERT_TRUE(runtime::resolve_chains(sieve::testing::parse_chain("decode:*=quest(token_budget=64)"), reg,
-                                      geometry_of(w, kCpu), &chains, &errors));
-  EXPECT_TRUE(runtime::kv_layout_refusals(chains, SIEVE_KV_LAYOUT_HND, "engine_pool").empty());
-  for (uint32_t layout : {uint32_t(SIEVE_KV_LAYOUT_NHD), uint32_t(SIEVE_KV_LAYOUT_COMBINED)}) {
-    const std::vector<std::string> why = runtime::kv_layout_refusals(chains, layout, "engine_pool");
-    const bool quest_reads = (chains.instances[0].descriptor().kv_layouts & layout) != 0;
-    const bool kernel_reads = (runtime::core_kernel_kv_layouts() & layout) != 0;
-    EXPECT_EQ(why.size(), size_t(!quest_reads) + size_t(!kernel_reads));
-    if (!quest_reads)
-      EXPECT_NE(why.front().find("plugin 'quest' (instance quest) reads only the layouts its descriptor declares"),
-                std::string::npos)
-          << why.front();
-    if (!kernel_reads)
-      EXPECT_NE(why.back().find("the core attention kernel reads only compact hnd pages"), std::string::npos)
-          << why.back();
+  ASSERT_TRUE(runtime::resolve_chains(sieve::testing::parse_chain("kv_store=engine_pool(layout=nhd); decode:*=hnd_only"),
+                                      reg, geometry_of(w, kCpu), &chains, &errors));
+  runtime::HostServices services(kCpu);
+  runtime::Session::Options o;
+  o.binds_pages = true;
+  try {
+    runtime::Session s(services, geometry_of(w, kCpu), std::move(chains), o);
+    ADD_FAILURE() << "a session over nhd pages took a plugin that reads hnd only";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("KV store 'engine_pool' hands out nhd pages, but plugin 'hnd_only' "
+                                               "(instance hnd_only) reads only the layouts its descriptor declares"));
+    EXPECT_EQ(e.status(), SIEVE_ERR_UNSUPPORTED);
   }
 }
 

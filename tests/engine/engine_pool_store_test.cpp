@@ -231,6 +231,24 @@ TEST(EnginePoolStore, RefusesEveryBadTableWithOneLine) {
   std::swap(ids[0], ids[1]);
   EXPECT_REFUSED(f.bind(p), "the table does not start with the 3 pages Sieve holds for it");
   std::swap(ids[0], ids[1]);
+  {
+    // The pages Sieve holds, then one new page: the store checks only the new one (against the
+    // pool, the table's other new pages and the pages held), and still refuses what is wrong.
+    std::vector<int32_t> grown(f.engine->pages_of(0, f.ids[0]).begin(), f.engine->pages_of(0, f.ids[0]).end());
+    grown.push_back(grown[1]);
+    int32_t indptr[2] = {0, int32_t(grown.size())}, one = 1;
+    int64_t n = int64_t(grown.size());
+    sieve_kv_pages q = p;
+    q.indptr_host = indptr;
+    q.last_page_len_host = &one;
+    q.indices_host = grown.data();
+    q.indices = make_view(grown.data(), kCpu, kI32, 1, &n);
+    EXPECT_REFUSED(f.bind(q), "names page " + std::to_string(grown[1]) + " twice");
+    grown.back() = f.sh.num_pages;
+    EXPECT_REFUSED(f.bind(q), "page 3: id 64 is outside the pool of 64 pages");
+    grown.back() = -1;
+    EXPECT_REFUSED(f.bind(q), "page 3: id -1 is outside the pool");
+  }
   p.layout = SIEVE_KV_LAYOUT_NHD;
   EXPECT_REFUSED(f.bind(p), "the pages are in layout nhd, the store was created with layout=hnd");
   p.layout = SIEVE_KV_LAYOUT_HND;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sieve/kv/engine_pool.hpp"
 #include "sieve/kv/paged_store.hpp"
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/host_services.hpp"
@@ -211,6 +212,16 @@ TEST(Session, StoreLayoutOutsideThePolicysIsRefused) {
   if (reads & SIEVE_KV_LAYOUT_NHD) GTEST_SKIP() << "streaming reads NHD views now";
   EXPECT_THAT(session_error(geometry(), rc, o),
               HasSubstr("policy 'streaming' (instance streaming) reads hnd pages, KV store 'nhd_only' hands out nhd"));
+}
+
+TEST(Session, AStoreOfTheHostsPagesIsTakenOnlyByAHostThatBindsThem) {
+  Session::Options o;
+  o.store_api = kv::engine_pool_store_api();
+  EXPECT_THAT(session_error(geometry(), resolve("dense"), o),
+              HasSubstr("KV store 'engine_pool' runs over pages the host owns and binds per call (ENGINE_PAGES); "
+                        "this host binds none"));
+  o.binds_pages = true;
+  EXPECT_EQ(session_error(geometry(), resolve("dense"), o), "");
 }
 
 TEST(Session, BorrowedInstanceMustMatchTheGeometry) {

@@ -105,6 +105,64 @@ TEST_F(Cli, AnUnknownOrBadStoreIsOneLineAndAFailure) {
   EXPECT_EQ(r.status, 0) << r.out;
 }
 
+// A plugin tool that runs the model takes --kv-store: on the store it would use anyway it
+// computes exactly what it computes without the option (CliInput covers the refusals).
+TEST_F(Cli, ToolsRunOnTheStoreNamedWithKvStore) {
+  CliRun plain = sieve_cli("calibrate dpxa --json", false);
+  CliRun named = sieve_cli("calibrate dpxa --json --kv-store paged", false);
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  ASSERT_EQ(named.status, 0) << named.out;
+  EXPECT_FALSE(nlohmann::json::parse(named.out).empty());
+  EXPECT_EQ(named.out, plain.out);
+}
+
+// `sieve plugins NAME` (the plugins' READMEs send readers there for the schema): one plugin's
+// block of the listing, or one store's; the JSON form with only that entry; a plugin that ships a
+// store shows both; an unknown name is one line and status 2.
+TEST_F(Cli, PluginsNameShowsOnePluginOrStore) {
+  CliRun all = sieve_cli("plugins --plugin-dir " SIEVE_FIXTURE_DIR, false);
+  CliRun one = sieve_cli("plugins minimal --plugin-dir " SIEVE_FIXTURE_DIR, false);
+  ASSERT_EQ(one.status, 0) << one.out;
+  EXPECT_EQ(one.out.rfind("minimal ", 0), 0u) << one.out;
+  EXPECT_THAT(one.out, HasSubstr("\n  parameters\n"));
+  EXPECT_THAT(all.out, HasSubstr(one.out)) << "the same lines as in the listing";
+  EXPECT_THAT(one.out, Not(HasSubstr("KV stores")));
+
+  CliRun json = sieve_cli("plugins --json minimal --plugin-dir " SIEVE_FIXTURE_DIR, false);
+  ASSERT_EQ(json.status, 0) << json.out;
+  auto j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["plugins"].size(), 1u);
+  EXPECT_EQ(j["plugins"][0]["name"], "minimal");
+  EXPECT_EQ(j["plugins"][0]["params"].size(), 6u);
+  EXPECT_TRUE(j["stores"].empty());
+
+  json = sieve_cli("plugins engine_pool --json --plugin-dir " SIEVE_FIXTURE_DIR, false);
+  ASSERT_EQ(json.status, 0) << json.out;
+  j = nlohmann::json::parse(json.out);
+  EXPECT_TRUE(j["plugins"].empty());
+  ASSERT_EQ(j["stores"].size(), 1u);
+  EXPECT_EQ(j["stores"][0]["name"], "engine_pool");
+  EXPECT_EQ(j["stores"][0]["params"][0]["name"], "layout");
+
+  json = sieve_cli("plugins store_ok --json --plugin-dir " SIEVE_FIXTURE_DIR "/stores", false);
+  ASSERT_EQ(json.status, 0) << json.out;
+  j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["plugins"].size(), 1u);
+  ASSERT_EQ(j["stores"].size(), 1u);
+  EXPECT_EQ(j["plugins"][0]["kv_store"], j["stores"][0]["name"]);
+  EXPECT_EQ(j["stores"][0]["source"], j["plugins"][0]["path"]);
+
+  // stderr alone, without the loader's warnings about the broken fixtures in that directory.
+  CliRun bad = sieve::testing::run_command("'" SIEVE_BIN_DIR "/sieve' plugins minmal --plugin-dir " SIEVE_FIXTURE_DIR
+                                    " 2>&1 >/dev/null | grep -v '^warning: plugin file'");
+  EXPECT_THAT(bad.out, HasSubstr("sieve plugins: no plugin or KV store named 'minmal' (did you mean 'minimal'?); found: "));
+  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+  EXPECT_EQ(sieve_cli("plugins minmal --plugin-dir " SIEVE_FIXTURE_DIR).status, 2);
+  CliRun two = sieve_cli("plugins quest raas");
+  EXPECT_EQ(two.status, 2);
+  EXPECT_EQ(two.out, "sieve plugins: unexpected argument 'raas' (every option takes one word: quote a value with spaces)\n");
+}
+
 TEST_F(Cli, PluginsMissingDirectory) {
   CliRun r = sieve_cli("plugins --plugin-dir /nonexistent/plugins");
   EXPECT_EQ(r.status, 1);

@@ -77,7 +77,7 @@ TEST_F(CliInput, StrayWordsAreRefused) {
                  AllOf(HasSubstr("sieve run: unexpected argument 'saw'"), HasSubstr("quote")));
   expect_refused("eval --chain dense extra", 2, HasSubstr("unexpected argument 'extra'"));
   expect_refused("attn stray", 2, HasSubstr("unexpected argument 'stray'"));
-  expect_refused("plugins stray", 2, HasSubstr("unexpected argument 'stray'"));
+  expect_refused("plugins quest stray", 2, HasSubstr("unexpected argument 'stray'"));  // NAME, then a stray word
 }
 
 TEST_F(CliInput, NonFiniteOrNegativeTemperatureIsRefused) {
@@ -115,6 +115,28 @@ TEST_F(CliInput, MultiLineResolutionErrorsAreOneLine) {
   // Two problems (an unknown policy, a missing layer): one line, joined with "; ".
   expect_refused("run --chain '*=nosuch; 9=dense'", 1,
                  AllOf(HasSubstr("unknown policy 'nosuch'"), HasSubstr("; "), HasSubstr("layer 9 does not exist")));
+}
+
+// Every command that makes a session takes --kv-store (issue 18): the plugin tools included. A
+// misspelt store is named by each; a store whose pages the host owns (engine_pool) is refused when
+// the session is made, naming it, by every command that binds no pages of its own, instead of
+// failing at its first layer call.
+TEST_F(CliInput, EveryCommandThatMakesASessionTakesKvStore) {
+  for (const std::string cmd : {"run --steps 2", "eval --chain dense", "calibrate dpxa", "calibrate delta --steps 2",
+                                "tool delta_correction diag --synthetic 256", "tool seer distill-gate --out /nonexistent/g.safetensors",
+                                "attn --context 256"})
+    expect_refused(cmd + " --kv-store pagd", 1, HasSubstr("unknown KV store 'pagd' (did you mean 'paged'?)"));
+  for (const std::string cmd : {"run --steps 2", "eval --chain dense", "calibrate dpxa", "calibrate delta --steps 2",
+                                "tool delta_correction diag --synthetic 256",
+                                "tool seer distill-gate --out /nonexistent/g.safetensors", "attn --context 256"})
+    expect_refused(cmd + " --kv-store engine_pool", 1,
+                   HasSubstr("KV store 'engine_pool' runs over pages the host owns and binds per call "
+                             "(ENGINE_PAGES); this host binds none"));
+  // Where a mode runs no model there is no store to choose.
+  expect_refused("calibrate dpxa --synthetic --kv-store paged", 2,
+                 HasSubstr("--kv-store: --synthetic runs no model, so no KV store"));
+  expect_refused("tool seer distill-gate --random --out /nonexistent/g.safetensors --kv-store paged", 2,
+                 HasSubstr("--kv-store: --random runs no model, so no KV store"));
 }
 
 }  // namespace

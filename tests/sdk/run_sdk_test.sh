@@ -7,8 +7,8 @@
 #   2. checks on what those commands printed (installed plugins found, conformance passed, the
 #      chain held fewer KV bytes than dense);
 #   3. a host: hosts/c_host built out of tree against the installed Sieve::runtime and run with the
-#      example in its chain; and the same C file built with pkg-config only, finding the installed
-#      plugins next to the installed runtime library; and the Python ctypes host on the install;
+#      example in its chain; and the same C files built with pkg-config only, finding the installed
+#      plugins next to the installed runtime library, run in engine-pool mode; and the Python ctypes host on the install;
 #   4. every code block of the guide compiled (doc_units.py); its C++ plugin conformed and run.
 # usage: run_sdk_test.sh SOURCE_DIR BUILD_DIR WORK_DIR CMAKE_COMMAND [GENERATOR]
 set -euo pipefail
@@ -67,10 +67,11 @@ cmake -S "$SRC/hosts/c_host" -B "$WORK/c_host" -DCMAKE_PREFIX_PATH="$PREFIX" -DC
   fail "c_host with h2o in its chain failed"
 if command -v pkg-config > /dev/null && command -v cc > /dev/null; then
   export PKG_CONFIG_PATH="$(dirname "$(find "$PREFIX" -name sieve-runtime.pc | head -1)")"
-  cc -std=c11 -O1 "$SRC/hosts/c_host/c_host.c" $(pkg-config --cflags --libs sieve-runtime) -lm -o "$WORK/c_host_pc" ||
+  cc -std=c11 -O1 "$SRC/hosts/c_host/c_host.c" "$SRC/hosts/c_host/engine_pages.c" $(pkg-config --cflags --libs sieve-runtime) -lm -o "$WORK/c_host_pc" ||
     fail "c_host did not build with pkg-config sieve-runtime"
-  # No --plugin-dir: the default chain's streaming plugin is found next to the installed library.
-  (cd / && "$WORK/c_host_pc") || fail "c_host (pkg-config build) failed"
+  # No --plugin-dir: the default chain's streaming plugin is found next to the installed library;
+  # and the installed runtime's engine_pool store over the host's own pages.
+  (cd / && "$WORK/c_host_pc" --engine-pool) || fail "c_host (pkg-config build, --engine-pool) failed"
 fi
 # Python: the installed `sieve` package (it finds the installed library, which finds its plugins),
 # with numpy tensors; no compiler involved.

@@ -78,6 +78,13 @@ runtime::ChainSpec chain_arg(const std::string& chain, const std::string& kv_sto
   return spec;
 }
 
+runtime::ChainSpec dense_chain_arg(const ModelArgs& a, runtime::Registry* registry) {
+  runtime::ChainSpec spec = chain_arg("", a.kv_store);
+  std::string error;
+  if (!a.kv_store.empty() && !discover_plugins(a, registry, &error)) fail(SIEVE_ERR_NOT_FOUND, error);
+  return spec;
+}
+
 std::string describe(const model::ModelWeights& w) {
   const auto& c = w.config;
   return w.source + " (" + w.format + ": dim " + std::to_string(c.dim) + ", " + std::to_string(c.n_layers) +

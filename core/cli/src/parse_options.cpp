@@ -28,13 +28,21 @@ std::string non_finite_option(const po::variables_map& vm) {
 }  // namespace
 
 std::optional<int> parse_options(const char* command, const po::options_description& opts, int argc,
-                                 const char* const* argv, po::variables_map* vm) {
+                                 const char* const* argv, po::variables_map* vm,
+                                 const po::positional_options_description* positional) {
   try {
-    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(opts).run();
-    for (const po::option& o : parsed.options)
-      if (o.position_key >= 0 && !o.value.empty())
+    po::parsed_options parsed = po::command_line_parser(argc, argv).options(opts).run();
+    // Words without an option fill the positional names in order; one more is refused.
+    unsigned taken = 0;
+    for (po::option& o : parsed.options)
+      if (o.position_key >= 0 && o.string_key.empty() && !o.value.empty()) {
+        if (positional && taken < positional->max_total_count()) {
+          o.string_key = positional->name_for_position(taken++);
+          continue;
+        }
         return report_error(command, "unexpected argument '" + printable(o.value.front()) +
                                          "' (every option takes one word: quote a value with spaces)", 2);
+      }
     po::store(parsed, *vm);
     po::notify(*vm);
   } catch (const std::exception& e) {

@@ -39,6 +39,7 @@ EnginePoolBase::EnginePoolBase(const sieve_host_services* services, const sieve_
   const int L = config_.geometry.n_layers;
   bound_.resize(size_t(L));
   pages_in_use_.assign(size_t(L), 0);
+  checked_pool_.assign(size_t(L), 0);
   holders_.assign(size_t(L), std::vector<int32_t>(size_t(config_.pages_per_layer), 0));
   // The config's borrowed pointers do not outlive create.
   config_.params = nullptr;
@@ -205,19 +206,29 @@ void EnginePoolBase::bind_pages(const sieve_kv_pages& p) {
     if (hi > lo ? (last < 1 || last > g.page_size) : last != 0)
       fail(SIEVE_ERR_INVALID_ARGUMENT, "bind_pages: sequence " + str(seq) + ": last_page_len " + str(last) +
                                            (hi > lo ? " is not in 1.." + str(g.page_size) : " with no pages (must be 0)"));
+    // The pages Sieve already holds for the sequence were checked when they entered its table
+    // (in the pool, once each); a table that starts with exactly them, over a pool of the same
+    // size, needs only its new tail checked: O(new pages) per call, not O(pages) (the decode
+    // steps of a long context bind thousands of pages per layer and add at most one).
+    const auto& known = s.pages[size_t(p.layer)];
+    const bool prefix_held = int64_t(known.size()) <= hi - lo &&
+                             (known.empty() || std::memcmp(known.data(), ids + lo, known.size() * sizeof(int32_t)) == 0);
+    const bool tail_only = prefix_held && b.num_pages == checked_pool_[size_t(p.layer)];
     if (++stamp_ == 0) std::fill(seen_.begin(), seen_.end(), 0), stamp_ = 1;  // a page twice in one sequence
-    for (int32_t k = lo; k < hi; ++k) {
+    for (int32_t k = tail_only ? lo + int32_t(known.size()) : lo; k < hi; ++k) {
       const int32_t id = ids[k];
       if (id < 0 || id >= b.num_pages)
         fail(SIEVE_ERR_INVALID_ARGUMENT, "bind_pages: sequence " + str(seq) + ", page " + str(k - lo) + ": id " +
                                              str(id) + " is outside the pool of " + str(b.num_pages) + " pages");
-      if (seen_[size_t(id)] == stamp_)
+      // Tail only: a page the sequence holds has a holder (append counts it), so the scan of
+      // its pages is needed only for a page some sequence holds (a shared prefix page: rare).
+      if (seen_[size_t(id)] == stamp_ ||
+          (tail_only && holders_[size_t(p.layer)][size_t(id)] > 0 &&
+           std::find(known.begin(), known.end(), id) != known.end()))
         fail(SIEVE_ERR_INVALID_ARGUMENT, "bind_pages: sequence " + str(seq) + " names page " + str(id) + " twice");
       seen_[size_t(id)] = stamp_;
     }
-    const auto& known = s.pages[size_t(p.layer)];
-    if (int64_t(known.size()) > hi - lo ||
-        (!known.empty() && std::memcmp(known.data(), ids + lo, known.size() * sizeof(int32_t)) != 0))
+    if (!prefix_held)
       fail(SIEVE_ERR_INVALID_ARGUMENT,
            "bind_pages: sequence " + str(seq) + ", layer " + str(p.layer) + ": the table does not start with the " +
                str(int64_t(known.size())) + " pages Sieve holds for it (an engine only appends pages to a sequence "
@@ -231,6 +242,7 @@ void EnginePoolBase::bind_pages(const sieve_kv_pages& p) {
   b.indices_shape[0] = nnz;
   b.last_shape[0] = B;
   b.pre_shape = {config_.pages_per_layer, g.n_kv_heads, g.page_size, g.head_dim};
+  checked_pool_[size_t(p.layer)] = b.num_pages;
   b.valid = true;
 }
 

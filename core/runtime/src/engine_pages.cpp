@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "sieve/runtime/session.hpp"
 #include "sieve/util/error.hpp"
 
 namespace sieve::runtime {
@@ -22,6 +23,22 @@ void DeviceBytes::upload(const void* src, size_t n) {
 void DeviceBytes::download(void* dst, size_t n) const {
   std::string e;
   require(n == 0 || s_->copy(dst, kCpu, p_, s_->device(), n, &e), SIEVE_ERR_DEVICE, e);
+}
+
+EnginePages::Shape EnginePages::Shape::for_store(const sieve_geometry& g, int32_t num_pages, const StoreEntry& store,
+                                                 const ParamValues& values) {
+  Shape sh;
+  sh.layers = g.n_layers, sh.hkv = g.n_kv_heads, sh.head_dim = g.head_dim, sh.page = g.page_size;
+  sh.num_pages = num_pages;
+  sh.dtype = g.kv_dtype;
+  const uint32_t in_use = store_layouts_in_use(store, values);
+  sh.layout = (in_use & SIEVE_KV_LAYOUT_HND) || !in_use ? SIEVE_KV_LAYOUT_HND
+              : (in_use & SIEVE_KV_LAYOUT_NHD)          ? SIEVE_KV_LAYOUT_NHD
+                                                        : SIEVE_KV_LAYOUT_COMBINED;
+  const int i = store.params().find("layout");
+  sh.combined_hnd = sh.layout == SIEVE_KV_LAYOUT_COMBINED && i >= 0 && uint32_t(i) < values.size() &&
+                    values.text(uint32_t(i)) == "combined_hnd";
+  return sh;
 }
 
 EnginePages::EnginePages(HostServices& services, const Shape& shape) : s_(services), sh_(shape), rng_(shape.seed) {

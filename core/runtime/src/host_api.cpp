@@ -367,6 +367,7 @@ sieve_status sieve_session_create(sieve_runtime* rt, const sieve_geometry* geome
     so.store_api = o.kv_store_api;
     so.store_instance = o.kv_store_instance;
     so.release = o.release;
+    so.binds_pages = true;  // a host has sieve_session_bind_pages
     s->session = std::make_unique<Session>(*s->services, g, std::move(chains), so);
     *out = s.release();
     return SIEVE_OK;

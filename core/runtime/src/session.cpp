@@ -117,6 +117,11 @@ Session::Session(HostServices& services, const sieve_geometry& geometry, Resolve
   }
   if (store_.plugin.table) plugins_.push_back(store_.plugin);
   if (std::vector<std::string> p = store_fit_problems(chains, store_, store_params_); !p.empty()) fail(SIEVE_ERR_UNSUPPORTED, join(p));
+  if ((store_.descriptor.features & SIEVE_KV_FEATURE_ENGINE_PAGES) && !options.binds_pages)
+    fail(SIEVE_ERR_UNSUPPORTED, "KV store '" + store_.name +
+                                    "' runs over pages the host owns and binds per call (ENGINE_PAGES); this host "
+                                    "binds none: use a store that owns its pages (paged), or a host that binds its "
+                                    "own (host API sieve_session_bind_pages, sieve_bench --policy)");
 
   // 2. Its configuration.
   config_.hdr = SIEVE_HEADER_INIT(sieve_kv_config);

@@ -182,6 +182,7 @@ int calibrate_main(int argc, const char* const* argv) {
       ("dense", po::value(&n_dense)->default_value(2), "leading layers suggested dense")
       ("select", po::value(&n_select)->default_value(0), "Δ-layers to suggest (0: 3 for >= 16 layers, 2 for >= 8, else 1)")
       ("json", "print JSON instead of a table");
+  add_kv_store_option(opts, &ma.kv_store);
   po::variables_map vm;
   if (const auto done = parse_options(cmd.c_str(), opts, argc, argv, &vm)) return *done;
   std::string error;
@@ -230,7 +231,8 @@ int calibrate_main(int argc, const char* const* argv) {
     s.layers.assign(size_t(c.n_layers), {});
     s.prev.assign(size_t(c.n_layers), {});
     runtime::Registry registry;
-    model::Engine engine(w, eo, model::resolve_for_model(runtime::ChainSpec{}, registry, c, eo));
+    const runtime::ChainSpec on_store = dense_chain_arg(ma, &registry);
+    model::Engine engine(w, eo, model::resolve_for_model(on_store, registry, c, eo));
     engine.set_probe([&](const model::LayerProbe& p) { measure(p, c, s); });
     std::vector<int32_t> ids;
     for (size_t b = 0; b < prompts.size(); ++b) ids.push_back(engine.add_sequence());

@@ -161,6 +161,7 @@ int calibrate_main(int argc, const char* const* argv) {
       ("head-dim", po::value(&syn_d)->default_value(128), "--synthetic: head dim")
       ("seed", po::value(&seed)->default_value(1), "--synthetic: first seed")
       ("json", "print JSON instead of a table");
+  add_kv_store_option(opts, &ma.kv_store);
   po::variables_map vm;
   if (const auto done = parse_options(cmd.c_str(), opts, argc, argv, &vm)) return *done;
   auto usage_error = [&](const std::string& m) {
@@ -179,6 +180,7 @@ int calibrate_main(int argc, const char* const* argv) {
   s.cfg.q_threshold = s.cfg.k_threshold = float(threshold);
   s.cfg.stride = stride ? stride : s.cfg.estimator == dpxa::kXattn ? 8 : 4;
   const bool synthetic = vm.count("synthetic") > 0, json = vm.count("json") > 0;
+  if (synthetic && !ma.kv_store.empty()) return usage_error("--kv-store: --synthetic runs no model, so no KV store");
   std::string source;
   try {
     if (synthetic) {
@@ -216,7 +218,8 @@ int calibrate_main(int argc, const char* const* argv) {
       s.rows.assign(size_t(s.n_layers) * s.n_heads, {});
       eo.max_batch = 1;
       runtime::Registry registry;
-      model::Engine engine(w, eo, model::resolve_for_model(runtime::ChainSpec{}, registry, c, eo));
+      const runtime::ChainSpec dense = dense_chain_arg(ma, &registry);
+      model::Engine engine(w, eo, model::resolve_for_model(dense, registry, c, eo));
       engine.set_probe([&](const model::LayerProbe& p) { probe(p, c, s); });
       std::vector<float> logits;
       for (const auto& t : texts) {  // one prompt at a time: no batch limit on long prompts

@@ -109,6 +109,7 @@ int distill_gate_main(int argc, const char* const* argv) {
       ("tokens", po::value(&tokens)->default_value(0), "tokens per sequence; 0: the model's seq_len")
       ("rmsnorm", po::bool_switch(&rmsnorm), "RMSNorm inside the gate (the plugin then needs rmsnorm=true)")
       ("random", po::bool_switch(&random_only), "write the random initialisation, no training");
+  add_kv_store_option(opts, &ma.kv_store);
   po::variables_map vm;
   if (const auto done = parse_options(cmd.c_str(), opts, argc, argv, &vm)) return *done;
   auto usage_error = [&](const std::string& m) {
@@ -118,6 +119,7 @@ int distill_gate_main(int argc, const char* const* argv) {
   if (dopt.steps < 1) return usage_error("--steps must be >= 1, got " + std::to_string(dopt.steps));
   if (dopt.batch < 1) return usage_error("--batch must be >= 1, got " + std::to_string(dopt.batch));
   if (train_n < 1 || held_n < 1) return usage_error("--sequences and --held-out must be >= 1");
+  if (random_only && !ma.kv_store.empty()) return usage_error("--kv-store: --random runs no model, so no KV store");
   try {
     const model::ModelWeights w = load_model_arg(ma);
     const model::ModelConfig& c = w.config;
@@ -151,7 +153,8 @@ int distill_gate_main(int argc, const char* const* argv) {
     if (!engine_options(ma, &eo, &error)) return usage_error(error);
     eo.max_batch = 8;
     runtime::Registry registry;
-    model::Engine engine(w, eo, model::resolve_for_model({}, registry, c, eo));
+    const runtime::ChainSpec dense = dense_chain_arg(ma, &registry);
+    model::Engine engine(w, eo, model::resolve_for_model(dense, registry, c, eo));
     const model::Tokenizer tok = load_tokenizer_arg(ma, w);
     const std::vector<int32_t> bos = tok.encode("", true, false);
     auto sample = [&](int32_t n, uint64_t seed_base) {

@@ -1,6 +1,7 @@
 // The policy-step benchmark (`sieve_bench --policy`, `sieve bench --policy`): a whole layer step
-// through the real runtime (plugins loaded by discovery, chains resolved, the core paged store,
-// LayerRunner: append + chain hooks + core attention) on a synthetic geometry, for several chains
+// through the real runtime (plugins loaded by discovery, chains resolved, a KV store — the core's
+// paged store, or an engine-pool store over a stand-in engine's own pages —, LayerRunner: append +
+// chain hooks + core attention) on a synthetic geometry, for several chains
 // side by side with dense, the core kernel alone on the selection each chain produced (so the
 // selection overhead shows separately), and optionally PyTorch SDPA on the same dense shape.
 // docs/bench/policy.md says what each number means.
@@ -33,7 +34,9 @@ struct PolicyOptions {
   std::string sdpa_script, python = "python3";
   std::string json_out;
   std::vector<std::string> plugin_dirs;
-  std::string kv_store;                 // NAME(k=v,...) for every chain, dense too; "": paged
+  // NAME(k=v,...) for every chain, dense too; empty: paged. Several: every chain runs on each (the
+  // first is the base the others' step times are compared with, side by side).
+  std::vector<std::string> kv_stores;
   double memory_fraction = 0.9;         // of the free device (or host) memory a size may use
   std::string command;                  // recorded in the report
 };

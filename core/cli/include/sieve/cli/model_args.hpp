@@ -28,6 +28,10 @@ void add_kv_store_option(boost::program_options::options_description& opts, std:
 // A --chain argument (bare: every layer; "": dense) with --kv-store applied; throws sieve::Error
 // with one line on bad text or a chain that already names another store.
 runtime::ChainSpec chain_arg(const std::string& chain, const std::string& kv_store);
+// The chain of a command that runs the model densely (calibration, distillation): dense attention
+// on a.kv_store. A named store is found by plugin discovery into *registry (a plugin may ship it;
+// dense on the default store needs none). Throws sieve::Error with one line.
+runtime::ChainSpec dense_chain_arg(const ModelArgs& a, runtime::Registry* registry);
 
 // Both throw sieve::Error with one line.
 model::ModelWeights load_model_arg(const ModelArgs& a);

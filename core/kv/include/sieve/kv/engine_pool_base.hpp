@@ -12,8 +12,8 @@
 //   - hands out the engine's pool as the view (strided for NHD and combined pools) with the
 //     bound table, copying no K/V;
 //   - on evict, sends the physical pages to the engine's release sink and forgets them.
-// Host work per call is O(batch + pages the table names) for the id checks, O(batch + new pages)
-// otherwise; nothing is copied to or from a device.
+// Host work per call is O(batch + new pages): the id checks look only at pages new to a sequence
+// (plus one memcmp of the pages it holds); nothing is copied to or from a device.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -110,6 +110,7 @@ class EnginePoolBase {
   std::vector<int64_t> pages_in_use_;   // per layer: pages Sieve's sequences name
   std::vector<std::vector<int32_t>> holders_;  // per layer, per page id: sequences naming it
   std::vector<uint32_t> seen_;          // bind's duplicate check: stamp per page id, grow-only
+  std::vector<int64_t> checked_pool_;   // per layer: pool size the pages Sieve holds were checked against
   uint32_t stamp_ = 0;
   std::vector<TokenSlot> slots_;        // append's scratch, grow-only
   std::vector<int32_t> fresh_;          // append's scratch: pages new to a sequence

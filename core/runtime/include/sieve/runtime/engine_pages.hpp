@@ -15,6 +15,8 @@
 
 #include "sieve/kv_store.h"
 #include "sieve/runtime/host_services.hpp"
+#include "sieve/runtime/params.hpp"
+#include "sieve/runtime/registry.hpp"
 #include "sieve/util/tensor.hpp"
 
 namespace sieve::runtime {
@@ -43,6 +45,11 @@ class EnginePages {
     uint32_t layout = SIEVE_KV_LAYOUT_HND;  // one sieve_kv_layout_bits value
     int32_t combined_hnd = 0;
     uint32_t seed = 7;  // the free list's shuffle
+    // The pool an instance of ENGINE_PAGES store `store` made with `values` reads, for geometry
+    // `g` and `num_pages` pages per layer: the layout its `layout` parameter names
+    // (store_layouts_in_use, session.hpp), HND when it has none.
+    static Shape for_store(const sieve_geometry& g, int32_t num_pages, const StoreEntry& store,
+                           const ParamValues& values);
   };
   EnginePages(HostServices& services, const Shape& shape);
   EnginePages(const EnginePages&) = delete;

@@ -10,7 +10,8 @@
 // (its descriptor): SIDECARS for a policy that needs sidecars, EVICTION for one that evicts,
 // PRE_ROPE_K for one that needs pre-RoPE keys, and the store's view layouts among those the
 // policy reads (kv_layouts; 0 = compact HND only). A mismatch is refused with one line per
-// problem naming the policy, the store and the missing feature.
+// problem naming the policy, the store and the missing feature. An ENGINE_PAGES store is taken
+// only by a caller that binds pages (Options::binds_pages: the host API, the policy benchmark).
 //
 // Lifetimes: the session owns what it creates and destroys it in this order: the policy
 // instances (they registered sidecars in the store), then the store (unless borrowed: the host
@@ -41,6 +42,9 @@ class Session {
     const sieve_kv_store_api* store_api = nullptr;
     sieve_kv_store* store_instance = nullptr;
     sieve_page_release_sink release{};  // ENGINE_PAGES stores: where evicted pages go
+    // The caller binds its own page pool and tables before every layer call (bind_pages). An
+    // ENGINE_PAGES store has no pages without them, so it is refused, naming it, when this is off.
+    bool binds_pages = false;
   };
 
   // Throws sieve::Error with one line (several problems: "; "-separated) when the store cannot be
