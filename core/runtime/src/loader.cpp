@@ -130,16 +130,6 @@ std::string identifier_problem(const char* name) {
   return name_problem(name, is_identifier(name), "[a-z0-9_]+");
 }
 
-// RTLD_DEEPBIND: a plugin's references resolve in its own dependencies (its libstdc++, CUDA
-// runtime) before the symbols a host made global; a Python host with torch makes its CUDA and
-// C++ libraries global, and on the GPU machine an error path formatting a number crashed there.
-// Not under AddressSanitizer, which refuses it.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr auto kOwnSymbolsFirst = boost::dll::load_mode::default_mode;
-#else
-constexpr auto kOwnSymbolsFirst = boost::dll::load_mode::rtld_deepbind;
-#endif
-
 bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error) {
   const std::string file = file_label(path);
   if (std::string why = check_elf_file(path); !why.empty()) {
@@ -149,7 +139,7 @@ bool open_plugin_library(const std::string& path, PluginLibrary* out, std::strin
   auto lib = std::make_shared<boost::dll::shared_library>();
   try {
     // RTLD_NOW: an unresolved symbol fails here, with its name, not at the first call.
-    lib->load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local | kOwnSymbolsFirst);
+    lib->load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     *error = file + ": cannot load: " + dl_reason(e);
     return false;
