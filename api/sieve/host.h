@@ -63,7 +63,12 @@ SIEVE_HOST_API uint32_t sieve_host_api_version(void);
 /* ---- Runtime and plugins ----------------------------------------------------------------- */
 typedef enum sieve_runtime_flags {
   SIEVE_RUNTIME_NO_ENV = 1u << 0,          /* ignore SIEVE_PLUGIN_PATH */
-  SIEVE_RUNTIME_NO_DEFAULT_DIRS = 1u << 1  /* only directories added with add_plugin_dir */
+  SIEVE_RUNTIME_NO_DEFAULT_DIRS = 1u << 1, /* only directories added with add_plugin_dir */
+  /* Host API 1.2: load plugin files directly, without first loading each in a forked probe
+   * process. For multithreaded hosts (Python with torch, CUDA initialised), where a forked child
+   * may call only async-signal-safe functions until it execs, so a probe's dlopen can hang or
+   * die silently. A plugin that crashes while loading then takes the host with it. */
+  SIEVE_RUNTIME_NO_PROBE = 1u << 2
 } sieve_runtime_flags;
 
 typedef struct sieve_runtime_options {

@@ -17,7 +17,7 @@ PHASE_PREFILL, PHASE_DECODE = 1, 2
 STATUS_NAMES = {0: "ok", 1: "invalid argument", 2: "unsupported", 3: "version", 4: "out of memory",
                 5: "capacity", 6: "device", 7: "not found", 8: "internal"}
 PARAM_TYPES = {0: "bool", 1: "int", 2: "float", 3: "string", 4: "enum", 5: "int_list"}
-RUNTIME_NO_ENV, RUNTIME_NO_DEFAULT_DIRS = 1, 2
+RUNTIME_NO_ENV, RUNTIME_NO_DEFAULT_DIRS, RUNTIME_NO_PROBE = 1, 2, 4
 
 # DLPack device types and dtype codes (dlpack.h).
 DL_CPU, DL_CUDA = 1, 2
@@ -142,8 +142,11 @@ def library_path():
 
 def load(path=None):
     path = path or library_path()
+    # RTLD_DEEPBIND: the runtime's references resolve in its own dependencies first, not in the
+    # libraries another package made global (torch loads its CUDA and C++ libraries so).
+    mode = C.RTLD_LOCAL | getattr(os, "RTLD_DEEPBIND", 0)
     try:
-        lib = C.CDLL(path)
+        lib = C.CDLL(path, mode=mode)
     except OSError as e:
         raise ImportError("sieve: cannot load the Sieve runtime %s (%s); build it (cmake --build) or set "
                           "SIEVE_LIBRARY to libsieve_runtime.so" % (path, e)) from None

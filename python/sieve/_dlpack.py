@@ -26,9 +26,11 @@ def export(obj, stream=None):
     else:
         try:
             capsule = method(stream=stream)
-        except (BufferError, RuntimeError, TypeError, ValueError):
-            # A host array takes no stream (numpy refuses one): export it plainly and let the
-            # runtime name the device mismatch.
+        except Exception:
+            # A host array takes no stream (numpy raises RuntimeError or BufferError, torch an
+            # AssertionError): export it plainly and let the runtime name the device mismatch.
+            if device_of(obj)[0] == 2:  # kDLCUDA: a real failure
+                raise
             capsule = method()
     return capsule, _get_pointer(capsule, _DLTENSOR)
 

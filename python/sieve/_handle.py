@@ -1,5 +1,6 @@
 """Handle: a Python object that owns one C handle of the host API and destroys it exactly once
 (close(), the end of a `with` block, or garbage collection)."""
+import sys
 
 
 class Handle:
@@ -12,7 +13,10 @@ class Handle:
             self._h = None
 
     def __del__(self):
-        self.close()
+        # At interpreter exit torch may have torn down the CUDA context and streams a session
+        # runs on: leave the handle to the process's end rather than destroy it on a dead context.
+        if not sys.is_finalizing():
+            self.close()
 
     def __enter__(self):
         return self

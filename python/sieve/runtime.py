@@ -49,10 +49,17 @@ def _schema(address, n, stride):
 
 class Runtime(Handle):
     """A plugin registry: `plugin_dirs` are searched first, then SIEVE_PLUGIN_PATH and the default
-    directories (next to libsieve_runtime.so) unless `use_env` / `use_default_dirs` turn them off."""
+    directories (next to libsieve_runtime.so) unless `use_env` / `use_default_dirs` turn them off.
 
-    def __init__(self, plugin_dirs=(), use_env=True, use_default_dirs=True):
-        flags = (0 if use_env else _capi.RUNTIME_NO_ENV) | (0 if use_default_dirs else _capi.RUNTIME_NO_DEFAULT_DIRS)
+    probe: load each plugin file in a forked probe process before this one (the C runtime's
+    default). Off by default here: a Python process is multithreaded (and CUDA-initialised under
+    torch), where a forked child may call only async-signal-safe functions, so the probe's dlopen
+    can hang or die without an answer (it did on the GPU machine: every plugin refused). Files
+    load directly instead; `sieve plugins` / `sieve conform` probe them from a clean process."""
+
+    def __init__(self, plugin_dirs=(), use_env=True, use_default_dirs=True, probe=False):
+        flags = ((0 if use_env else _capi.RUNTIME_NO_ENV) | (0 if use_default_dirs else _capi.RUNTIME_NO_DEFAULT_DIRS)
+                 | (0 if probe else _capi.RUNTIME_NO_PROBE))
         handle = C.c_void_p()
         status = lib.sieve_runtime_create(C.byref(_capi.new(_capi.RuntimeOptions, flags=flags)), C.byref(handle))
         if status:

@@ -33,6 +33,9 @@ def test_plugins_carry_their_schemas(runtime):
     paged = plugins["paged"]
     assert paged.kv_store and paged.builtin and paged.path == "built-in" and not paged.policy
     assert runtime.failures() == []
+    probed = sieve.Runtime(plugin_dirs=[p.path.rsplit("/", 1)[0] for p in runtime.plugins() if p.name == "dense"],
+                           use_env=False, use_default_dirs=False, probe=True)
+    assert [p.name for p in probed.plugins()] == [p.name for p in runtime.plugins()]
 
 
 def test_chain_text_is_normalised_and_syntax_errors_raise(runtime):

@@ -463,6 +463,18 @@ TEST(HostApi12, ACpuSessionRefusesACudaStream) {
   EXPECT_EQ(r.error(), "a CUDA stream was given for a session on cpu");
 }
 
+// Host API 1.2: without the probe process the same plugin files load (directly, trusted).
+TEST(HostApi12, NoProbeLoadsTheSamePlugins) {
+  Runtime probed, direct(SIEVE_RUNTIME_NO_ENV | SIEVE_RUNTIME_NO_DEFAULT_DIRS | SIEVE_RUNTIME_NO_PROBE);
+  for (Runtime* r : {&probed, &direct}) ASSERT_EQ(sieve_runtime_add_plugin_dir(r->rt, SIEVE_PLUGIN_DIR), SIEVE_OK);
+  const std::vector<std::string> names = probed.names();
+  EXPECT_THAT(names, ::testing::Contains("dense"));
+  EXPECT_EQ(direct.names(), names);
+  uint32_t failures = 1;
+  ASSERT_EQ(sieve_runtime_failure_count(direct.rt, &failures), SIEVE_OK);
+  EXPECT_EQ(failures, 0u);
+}
+
 // ---- Host API 1.1: choosing the KV store ------------------------------------------------------
 
 struct Session11 {

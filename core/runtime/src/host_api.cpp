@@ -163,6 +163,7 @@ sieve_status sieve_runtime_create(const sieve_runtime_options* options, sieve_ru
     rt->discovery.use_env = !(o.flags & SIEVE_RUNTIME_NO_ENV);
     const bool defaults = !(o.flags & SIEVE_RUNTIME_NO_DEFAULT_DIRS);
     rt->discovery.use_exe_dir = rt->discovery.use_install_dir = defaults;
+    rt->discovery.probe = !(o.flags & SIEVE_RUNTIME_NO_PROBE);
     *out = rt.release();
     return SIEVE_OK;
   });
