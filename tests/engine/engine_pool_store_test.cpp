@@ -405,3 +405,86 @@ TEST(EnginePoolStore, APrefixPageTheEngineSharesKeepsItsSidecars) {
   ASSERT_EQ(f.st->api->remove_sequence(f.st->s, f.ids[0]), SIEVE_OK);
   EXPECT_EQ(static_cast<float*>(side.data)[a_pages[0] * f.sh.hkv], 7.f);
 }
+
+namespace {
+
+// Sidecars of every width (16-byte multiples and odd byte counts, more slots than one zeroing
+// launch takes) poisoned with 0xff; after an append, exactly the pages new to the store read zero
+// in every slot, every other page keeps its poison. A prefill's 566 new pages (more than a launch
+// carries inline: the uploaded list) and a decode step's 2 (inline).
+void zeroes_new_pages_only(DLDevice device) {
+  runtime::HostServices services(device);
+  EngineShape sh;
+  sh.num_pages = 1024;
+  EngineSim engine(services, sh);
+  PoolStore st(services, sh, 0, 0, engine.sink());
+  const std::vector<std::pair<DLDataType, int32_t>> widths = {{kF32, 4}, {kBF16, 3}, {kF32, 1}, {kBF16, 8}, {kF32, 2}};
+  std::vector<DLTensor> sides;
+  for (size_t i = 0; i < widths.size(); ++i) {
+    sieve_sidecar_desc d{};
+    d.hdr = SIEVE_HEADER_INIT(sieve_sidecar_desc);
+    const std::string name = "test.width" + std::to_string(i);
+    d.name = name.c_str();
+    d.dtype = widths[i].first;
+    d.elems_per_head = widths[i].second;
+    int32_t slot = -1;
+    ASSERT_EQ(st.api->register_sidecar(st.s, &d, &slot), SIEVE_OK) << st.error();
+    ASSERT_EQ(st.api->sidecar(st.s, 0, slot, &sides.emplace_back()), SIEVE_OK) << st.error();
+  }
+  auto bytes_of = [&](size_t i) { return size_t(sh.hkv) * size_t(widths[i].second) * dtype_bytes(widths[i].first); };
+  auto poison = [&] {
+    for (size_t i = 0; i < sides.size(); ++i) {
+      const std::vector<unsigned char> ff(bytes_of(i) * size_t(sh.num_pages), 0xff);
+      std::string e;
+      ASSERT_TRUE(services.copy(sides[i].data, device, ff.data(), kCpu, ff.size(), &e)) << e;
+    }
+  };
+  const std::vector<int32_t> ids = {st.add(), st.add()};
+  for (const std::vector<int32_t>& n_new : {std::vector<int32_t>{9000, 37}, std::vector<int32_t>{16, 16}}) {
+    SCOPED_TRACE(std::to_string(n_new[0]) + " + " + std::to_string(n_new[1]) + " tokens");
+    poison();
+    std::vector<char> held_before(size_t(sh.num_pages), 0);
+    for (int32_t id : ids)
+      for (int32_t p : engine.pages_of(0, id)) held_before[size_t(p)] = 1;
+    const int32_t total = n_new[0] + n_new[1];
+    HostTensor k = rows(total, sh, 3);
+    DeviceBytes dk(services, k.nbytes());
+    dk.upload(k.dl().data, k.nbytes());
+    DLTensor tk = k.dl();
+    tk.data = dk.get();
+    tk.device = device;
+    const sieve_kv_pages& pages = engine.step(0, ids, n_new);  // the store writes the tokens
+    ASSERT_EQ(st.api->bind_pages(st.s, &pages), SIEVE_OK) << st.error();
+    const std::vector<int32_t> indptr = {0, n_new[0], total};
+    const sieve_kv_append a = append_of(0, ids, indptr, &tk, &tk, nullptr);
+    ASSERT_EQ(st.api->append(st.s, &a), SIEVE_OK) << st.error();
+    std::vector<char> fresh(size_t(sh.num_pages), 0);
+    int64_t n_fresh = 0;
+    for (int32_t id : ids)
+      for (int32_t p : engine.pages_of(0, id))
+        if (!held_before[size_t(p)]) fresh[size_t(p)] = 1, ++n_fresh;
+    EXPECT_EQ(n_fresh, n_new[0] == 9000 ? 563 + 3 : 2);
+    std::string e;
+    ASSERT_TRUE(services.synchronize(&e)) << e;
+    for (size_t i = 0; i < sides.size(); ++i) {
+      std::vector<unsigned char> got(bytes_of(i) * size_t(sh.num_pages));
+      ASSERT_TRUE(services.copy(got.data(), kCpu, sides[i].data, device, got.size(), &e)) << e;
+      for (int32_t p = 0; p < sh.num_pages; ++p) {
+        const unsigned char want = fresh[size_t(p)] ? 0 : 0xff;
+        for (size_t b = 0; b < bytes_of(i); ++b)
+          ASSERT_EQ(got[size_t(p) * bytes_of(i) + b], want)
+              << "sidecar " << i << ", page " << p << (fresh[size_t(p)] ? " (new: zeroed)" : " (not new: untouched)")
+              << ", byte " << b;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST(EnginePoolStore, NewPagesSidecarsAreZeroedAndNoOtherPagesAreTouched) { zeroes_new_pages_only(kCpu); }
+
+TEST(EnginePoolStoreCuda, NewPagesSidecarsAreZeroedAndNoOtherPagesAreTouched) {
+  if (runtime::cuda_devices() == 0) GTEST_SKIP() << "no CUDA device: this test runs on the GPU machine";
+  zeroes_new_pages_only(DLDevice{kDLCUDA, 0});
+}

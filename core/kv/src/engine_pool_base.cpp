@@ -347,6 +347,13 @@ void EnginePoolBase::view(int32_t layer, const int32_t* seq_ids, int32_t batch, 
                                     b.pre_shape.data());
 }
 
+std::vector<PageBytes> EnginePoolBase::sidecar_pages(const std::vector<void*>& bases) const {
+  std::vector<PageBytes> out;
+  for (size_t slot = 0; slot < bases.size() && slot < sidecars_.size(); ++slot)
+    out.push_back({bases[slot], sidecars_[slot].bytes_per_page});
+  return out;
+}
+
 int32_t EnginePoolBase::register_sidecar(const sieve_sidecar_desc& d) {
   return add_sidecar(sidecars_, d, config_.geometry.n_kv_heads, [this](int32_t slot) { allocate_sidecar(slot); });
 }

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "sieve/kv/engine_pool_base.hpp"
+#include "sieve/kv/page_zero.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/tensor.hpp"
 
@@ -53,11 +54,9 @@ class EnginePoolCpu final : public EnginePoolBase {
   }
 
   void clear_sidecar_pages(int32_t layer, const std::vector<int32_t>& pages) override {
-    Layer& l = layers_[size_t(layer)];
-    for (size_t slot = 0; slot < sidecars_.size(); ++slot)
-      for (int32_t p : pages)
-        std::memset(l.sidecars[slot].get() + size_t(p) * sidecars_[slot].bytes_per_page, 0,
-                    sidecars_[slot].bytes_per_page);
+    std::vector<void*> bases;
+    for (auto& p : layers_[size_t(layer)].sidecars) bases.push_back(p.get());
+    zero_pages_cpu(sidecar_pages(bases), pages);
   }
 
   void sidecar_tensor(int32_t layer, int32_t slot, DLTensor* out) override {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "sieve/host_services.h"
+#include "sieve/kv/page_zero.hpp"
 #include "sieve/kv/store_checks.hpp"
 #include "sieve/kv/token_scatter.hpp"
 #include "sieve/kv_store.h"
@@ -72,6 +73,8 @@ class EnginePoolBase {
   virtual void clear_sidecar_pages(int32_t layer, const std::vector<int32_t>& pages) = 0;  // every slot
   virtual void sidecar_tensor(int32_t layer, int32_t slot, DLTensor* out) = 0;
   virtual void* pre_rope_pool(int32_t layer) = 0;  // compact HND [pages_per_layer, ...]; null if not kept
+  // One layer's sidecar tensors (`bases`, slot order) as per-page targets to zero.
+  std::vector<PageBytes> sidecar_pages(const std::vector<void*>& bases) const;
 
   const sieve_host_services* services_;
   std::vector<Sidecar> sidecars_;
