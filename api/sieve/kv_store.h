@@ -101,9 +101,9 @@ typedef struct sieve_kv_pages {
    * the next append only updates Sieve's bookkeeping and sidecars. 0: append writes them into the
    * last slots of each sequence's pages as the page table names them. */
   int32_t new_tokens_written;
-  /* Host mirror of `indices` [nnz] (appended after the 1.1 design: the store checks every id,
-   * keeps each sequence's page list for evict and the release sink, and zeroes the sidecars of
-   * pages new to a sequence, all on the host, without a device round trip). Required when the
+  /* Host mirror of `indices` [nnz] (appended after the 1.1 design: the store checks the ids,
+   * keeps each sequence's page list for evict and the release sink, and picks the pages whose
+   * sidecars to zero, all on the host, without a device round trip). Required when the
    * pool is not on the CPU; NULL on the CPU means indices.data. */
   const int32_t* indices_host;
 } sieve_kv_pages;
@@ -205,7 +205,7 @@ typedef struct sieve_kv_store_api {
    * never touches a device. NULL: create decides. */
   sieve_status (*validate)(const sieve_kv_config* config, sieve_reason_sink reasons);
   /* ENGINE_PAGES: borrow the host's pages of one layer for the call that follows (append, view,
-   * evict of that layer read them). Checks every id against the pool; never copies K/V. */
+   * evict of that layer read them). Checks the ids (docs/abi.md says when); never copies K/V. */
   sieve_status (*bind_pages)(sieve_kv_store* store, const sieve_kv_pages* pages);
 } sieve_kv_store_api;
 

@@ -5,6 +5,7 @@
 // skip without a device (the GPU machine runs them).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "engine/view_read.hpp"
 #include "kv/kv_test_support.hpp"
 #include "sieve/kv/engine_pool.hpp"
+#include "sieve/kv/engine_pool_base.hpp"
 #include "sieve/policy.h"
 
 using namespace sieve;
@@ -404,6 +406,105 @@ TEST(EnginePoolStore, APrefixPageTheEngineSharesKeepsItsSidecars) {
   // Evicting a shared page from one request leaves the other's sidecar alone.
   ASSERT_EQ(f.st->api->remove_sequence(f.st->s, f.ids[0]), SIEVE_OK);
   EXPECT_EQ(static_cast<float*>(side.data)[a_pages[0] * f.sh.hkv], 7.f);
+}
+
+namespace {
+
+// A copy of the engine's current table for one sequence (CPU), whose ids the test may change.
+struct EditedTable {
+  sieve_kv_pages p;
+  std::vector<int32_t> ids;
+  int32_t indptr[2] = {0, 0}, last = 0;
+  int64_t n_indptr = 2, n_ids = 0, n_last = 1;
+  explicit EditedTable(Filled& f) : p(f.engine->table(0, f.ids)), ids(f.engine->pages_of(0, f.ids[0])) {
+    last = p.last_page_len_host[0];
+    indptr[1] = int32_t(ids.size());
+    n_ids = int64_t(ids.size());
+    p.indptr_host = indptr;
+    p.last_page_len_host = &last;
+    p.indices_host = ids.data();
+    p.indptr = make_view(indptr, kCpu, kI32, 1, &n_indptr);
+    p.indices = make_view(ids.data(), kCpu, kI32, 1, &n_ids);
+    p.last_page_len = make_view(&last, kCpu, kI32, 1, &n_last);
+  }
+};
+
+// A page of the pool the sequence does not hold.
+int32_t unheld_page(Filled& f) {
+  const std::vector<int32_t>& held = f.engine->pages_of(0, f.ids[0]);
+  for (int32_t p = 0;; ++p)
+    if (std::find(held.begin(), held.end(), p) == held.end()) return p;
+}
+
+}  // namespace
+
+// A settled sequence's held pages are compared one window per bind (kHeldWindows windows), the
+// last held page always, every held page after an eviction and before one: a page id the engine
+// rewrites in the middle of a decode is refused by one of the next kHeldWindows binds, never
+// later, and the sink never receives a page the engine's table no longer names.
+TEST(EnginePoolStore, AHeldPageTheEngineRewritesIsRefusedWithinTheWindowsAndBeforeAnEviction) {
+  using Base = kv::EnginePoolBase;
+  Filled f(40 * 16 - 5);  // 40 pages held: more than kHeldWindows, so binds compare windows
+  ASSERT_GT(int64_t(f.engine->pages_of(0, f.ids[0]).size()), Base::kHeldWindows);
+  const int32_t stranger = unheld_page(f);
+  for (int32_t logical : {0, 17, 30, 38}) {
+    SCOPED_TRACE("logical page " + std::to_string(logical));
+    EditedTable t(f);
+    const int32_t held = t.ids[size_t(logical)];
+    t.ids[size_t(logical)] = stranger;
+    int64_t refused_at = -1;
+    for (int64_t bind = 0; bind < Base::kHeldWindows && refused_at < 0; ++bind) {
+      const std::string e = f.bind(t.p);
+      if (e.empty()) continue;
+      refused_at = bind;
+      EXPECT_REFUSED(e, "the table does not start with the 40 pages Sieve holds for it (logical page " +
+                            std::to_string(logical) + " is " + std::to_string(stranger) + ", Sieve holds " +
+                            std::to_string(held) + ")");
+    }
+    EXPECT_GE(refused_at, 0) << "not refused within kHeldWindows = " << Base::kHeldWindows << " binds";
+    EXPECT_EQ(f.bind(f.engine->table(0, f.ids)), "") << "the engine's real table still binds";
+  }
+  {
+    // The last held page (the one appends continue in) is compared at every bind.
+    EditedTable t(f);
+    t.ids.back() = stranger;
+    EXPECT_REFUSED(f.bind(t.p), "logical page 39 is " + std::to_string(stranger));
+  }
+  {
+    // Before an eviction every held page is compared with the bound table: a table the bind's
+    // window passed but that names another page is refused by evict, and nothing is released.
+    EditedTable t(f);
+    t.ids[20] = stranger;
+    std::string e;
+    for (int64_t bind = 0; bind < 2 * Base::kHeldWindows; ++bind) {
+      if ((e = f.bind(t.p)).empty()) break;
+      ASSERT_EQ(f.bind(f.engine->table(0, f.ids)), "");  // the window moves on
+    }
+    ASSERT_EQ(e, "") << "some bind's window must miss logical page 20";
+    const int32_t first = 0;
+    EXPECT_EQ(f.st->api->evict(f.st->s, 0, f.ids[0], &first, 1, nullptr), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_REFUSED(f.st->error(), "evict: sequence " + std::to_string(f.ids[0]) + ", layer 0: the bound table names page " +
+                                      std::to_string(stranger) + " at logical page 20");
+    EXPECT_EQ(f.engine->released(), 0) << "nothing reached the engine's sink";
+    int32_t len = 0;
+    ASSERT_EQ(f.st->api->seq_len(f.st->s, 0, f.ids[0], &len), SIEVE_OK);
+    EXPECT_EQ(len, 40 * 16 - 5);
+  }
+  {
+    // After an eviction the next bind compares every page still held, whatever its window.
+    ASSERT_EQ(f.bind(f.engine->table(0, f.ids)), "");
+    const int32_t first = 0;
+    ASSERT_EQ(f.st->api->evict(f.st->s, 0, f.ids[0], &first, 1, nullptr), SIEVE_OK) << f.st->error();
+    EditedTable t(f);  // the engine dropped the page (its sink ran): 39 held
+    ASSERT_EQ(t.ids.size(), 39u);
+    for (int32_t logical : {5, 25}) {
+      const int32_t keep = t.ids[size_t(logical)];
+      t.ids[size_t(logical)] = stranger;
+      EXPECT_REFUSED(f.bind(t.p), "(logical page " + std::to_string(logical) + " is " + std::to_string(stranger));
+      t.ids[size_t(logical)] = keep;
+    }
+    EXPECT_EQ(f.bind(t.p), "");
+  }
 }
 
 namespace {

@@ -12,8 +12,11 @@
 //   - hands out the engine's pool as the view (strided for NHD and combined pools) with the
 //     bound table, copying no K/V;
 //   - on evict, sends the physical pages to the engine's release sink and forgets them.
-// Host work per call is O(batch + new pages): the id checks look only at pages new to a sequence
-// (plus one memcmp of the pages it holds); nothing is copied to or from a device.
+// Host work per call is O(batch + new pages + held pages / kHeldWindows): the id checks look at
+// pages new to a sequence, and the pages it holds are compared with the table's prefix in full
+// only when its list is not settled (first bind, after an eviction, another pool size), else one
+// window of them per bind (every held id again within kHeldWindows binds), and in full before an
+// eviction sends any to the engine; nothing is copied to or from a device.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -38,6 +41,10 @@ EngineLayout engine_layout(const sieve_kv_config& config);
 
 class EnginePoolBase {
  public:
+  // A settled sequence's held page ids are compared with the bound table a 1/kHeldWindows
+  // window per bind (see bind_pages).
+  static constexpr int64_t kHeldWindows = 8;
+
   EnginePoolBase(const sieve_host_services* services, const sieve_kv_config& config);
   virtual ~EnginePoolBase() = default;
   EnginePoolBase(const EnginePoolBase&) = delete;
@@ -84,6 +91,8 @@ class EnginePoolBase {
     bool live = false;
     std::vector<std::vector<int32_t>> pages;  // per layer: the engine's page ids Sieve knows, in order
     std::vector<int32_t> resident;            // per layer: tokens
+    std::vector<char> settled;                // per layer: its last bind compared/checked every held page
+    std::vector<int64_t> held_cursor;         // per layer: where the next bind's window of held pages starts
   };
   // What bind_pages borrowed for one layer, and the view it makes.
   struct Bound {
