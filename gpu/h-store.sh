@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # h-store (issue 18, performance) on the GPU machine, from the repository root:
 #   1. the engine-pool store's CUDA tests (sieve_engine_pool_test: round trips in every layout,
-#      the new-page sidecar zeroing over poisoned memory, vLLM shapes, the host-side refusals),
-#      and compute-sanitizer memcheck on the zeroing test (one kernel launch per page list);
+#      the new-page sidecar zeroing over poisoned memory, vLLM shapes, the host-side refusals;
+#      sieve_engine_identity_test's CUDA case: every chain, Quest's sidecars included, over the
+#      engine's shuffled pages bit for bit as over the core store), and compute-sanitizer memcheck
+#      on the zeroing test (one kernel launch per page list);
 #   2. sieve_bench --policy, core store against the engine pool (HND, NHD) in one run per shape
 #      group, as in docs/bench/policy.md "Engine pool against the core store": prefill (the Quest
 #      row was 1.043) first, then decode 128K x bs 16 (the Quest row was 1.040), then the other
@@ -22,7 +24,7 @@ if [ -z "$B" ]; then
   { cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIEVE_WITH_CUDA=ON -DSIEVE_BUILD_TESTS=ON \
       -DCMAKE_PREFIX_PATH="$PWD/.devdeps/usr" -DDLPACK_INCLUDE_DIR="$PWD/.devdeps/usr/include" &&
     cmake --build $B -j 16 --target sieve_bench sieve_plugin_quest sieve_plugin_raas sieve_plugin_streaming \
-      sieve_engine_pool_test; } > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
+      sieve_engine_pool_test sieve_engine_identity_test; } > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
 fi
 T0=$(date +%s)
 left() { echo $(( 115 - ($(date +%s) - T0) )); }
@@ -33,6 +35,8 @@ status=0
 timeout 20 $B/bin/sieve_engine_pool_test --gtest_filter='EnginePoolStore*:VllmShapes*' \
   > "$OUT/engine_pool_test.log" 2>&1 || status=1
 grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure" "$OUT/engine_pool_test.log" | head -20
+timeout 15 $B/bin/sieve_engine_identity_test --gtest_filter='EnginePoolIdentityCuda.*' > "$OUT/identity.log" 2>&1 || status=1
+grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure" "$OUT/identity.log" | head -10
 timeout 30 compute-sanitizer --tool memcheck --error-exitcode 9 $B/bin/sieve_engine_pool_test \
   --gtest_filter='EnginePoolStoreCuda.NewPagesSidecarsAreZeroed*' > "$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$? ($(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1))"

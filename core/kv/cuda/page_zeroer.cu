@@ -64,7 +64,7 @@ PageZeroer::~PageZeroer() {
 }
 
 void PageZeroer::zero(const std::vector<PageBytes>& targets, const std::vector<int32_t>& pages) {
-  if (pages.empty()) return;
+  if (pages.empty() || targets.empty()) return;  // a launch of no blocks is an error
   for (size_t t0 = 0; t0 < targets.size(); t0 += kMaxTargets) {
     ZeroTargets zt{};
     for (; zt.n < kMaxTargets && t0 + size_t(zt.n) < targets.size(); ++zt.n) {
