@@ -12,7 +12,7 @@
 #   bash gpu/h-store.sh   ($OUT receives every log and JSON)
 # With $SIEVE_BUILD set its build is used as is (bench/device_all.sh --fresh --no-tests builds
 # everything this needs); otherwise this tree is built into build-store first. Stops itself
-# 115 s after the build (each step gets what is left; a shape group that does not fit is skipped).
+# 100 s after the build (each step gets what is left; a shape group that does not fit is skipped).
 set -uo pipefail
 OUT=${OUT:?}
 mkdir -p "$OUT"
@@ -27,7 +27,7 @@ if [ -z "$B" ]; then
       sieve_engine_pool_test sieve_engine_identity_test; } > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
 fi
 T0=$(date +%s)
-left() { echo $(( 115 - ($(date +%s) - T0) )); }
+left() { echo $(( 100 - ($(date +%s) - T0) )); }
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 status=0
 
