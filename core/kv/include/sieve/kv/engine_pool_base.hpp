@@ -1,9 +1,10 @@
 // The engine-pool store's bookkeeping (CPU and CUDA share it; a concrete store only says where
 // Sieve's own bytes live and how tokens move). The engine owns the K/V pool and the page
 // tables; per call it binds one layer's pool and CSR table (bind_pages) and the store:
-//   - checks every page id against the pool, the layout against the store's `layout` parameter,
-//     and that each sequence's table starts with the pages Sieve already knows for it (an engine
-//     only appends pages to a request, and drops exactly the pages Sieve evicted);
+//   - checks each page id new to a sequence against the pool, the layout against the store's
+//     `layout` parameter, and that each sequence's table starts with the pages Sieve already
+//     knows for it (an engine only appends pages to a request, and drops exactly the pages Sieve
+//     evicted; when each held id is compared: below);
 //   - on append, counts the new tokens (the table must then hold exactly the tokens Sieve has),
 //     zeroes the sidecars of pages no sequence held before (a prefix page the engine shares
 //     between requests keeps them), and writes the tokens into the last slots the table names
@@ -15,8 +16,8 @@
 // Host work per call is O(batch + new pages + held pages / kHeldWindows): the id checks look at
 // pages new to a sequence, and the pages it holds are compared with the table's prefix in full
 // only when its list is not settled (first bind, after an eviction, another pool size), else one
-// window of them per bind (every held id again within kHeldWindows binds), and in full before an
-// eviction sends any to the engine; nothing is copied to or from a device.
+// window of them per bind (every held id again within kHeldWindows binds of an unchanged list),
+// and in full before an eviction sends any to the engine; nothing is copied to or from a device.
 #pragma once
 #include <array>
 #include <cstdint>
