@@ -10,7 +10,11 @@
 //         critical path, one round per tile instead of a chain per key row;
 //   copy  every thread issues the cp.async of its rows' 16-byte pieces from those offsets.
 // Logits: scale·q·k in the log2 domain plus the column's bias, -inf past a row's position, a
-// packed key's count clipped at what the row sees (only tiles holding such a key pay for it).
+// packed key's count clipped at what the row sees. Each tile takes one of three straight-line
+// forms, chosen per tile for the whole CTA: bias only (every column before the tile's first query
+// and standing for keys it sees: nearly every tile), causal mask, or mask and count clip (a packed
+// key whose run reaches into the tile's queries). One form with a per-column branch instead cut
+// the loop into ~100 basic blocks with 32 inlined log2f, ~1.4x slower (docs/results/variant_speed_h200.md).
 #include "attention_mma.cuh"
 #include "attention_variant.cuh"
 
@@ -82,8 +86,8 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
 
   // Column tid (< 64) of tile (span, ti): item ti * 64 + tid, fetched into registers (global loads
   // only, so it is issued before the barrier that frees its stage), then stored into stage st.
-  // store returns whether the column needs a per-row look (a key past the tile's first token, or
-  // a count some row must clip).
+  // store returns what the column needs of the rows: a mask (absent, or past the tile's first
+  // token) and/or a count clip (a packed key whose run reaches past the tile's first token).
   struct Column {
     SpanItem it;
     float bias;  // without the count: the causal clip replaces the count's share
@@ -96,15 +100,19 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
       c.bias = __ldg(p.packed_bias + span.begin + ti * kTileKeys + tid) * kLog2e;
     return c;
   };
-  auto store = [&](const Column& col, int st) -> bool {
-    if (tid >= kTileKeys) return false;
+  struct Need {
+    bool mask = false, clip = false;
+  };
+  auto store = [&](const Column& col, int st) -> Need {
+    if (tid >= kTileKeys) return {};
     const int c = st * kTileKeys + tid;
     soff[c] = col.it.off;
     spos[c] = col.it.pos;
     scount[c] = col.it.count;
     slbias[c] = col.it.lbias;
     sbias[c] = col.bias;
-    return col.it.pos == INT32_MAX || int64_t(col.it.pos) + col.it.count - 1 > min_pos;
+    const bool clip = col.it.pos != INT32_MAX && int64_t(col.it.pos) + col.it.count - 1 > min_pos;
+    return {col.it.pos > min_pos || clip, clip};
   };
   constexpr int CPR = D / 8;
   constexpr int RPP = kThreads / CPR;
@@ -130,13 +138,16 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
   int32_t s0, s1;
   variant_row_spans(p, vt.row, s0, s1);
   // The tile in flight (si, ti) and the one being consumed; every thread walks them identically.
+  // A tile's mask need is OR-ed over the CTA at the barrier before it is consumed, its clip need
+  // at the barrier after its columns are stored (one iteration earlier): no extra barrier.
   int32_t si = s0 - 1, ti = -1;
   Span span{0, 0, 0};
   next_tile(p, vt.row, s1, limit, si, ti, span);
-  bool need = false;
+  Need need;
+  bool clip_next = false;
   if (si < s1) {
     need = store(fetch(span, ti), 0);
-    __syncthreads();
+    clip_next = __syncthreads_or(need.clip);
     load_copy(0);
   }
   cp_async_commit();  // with the Q tile
@@ -145,11 +156,12 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
     next_tile(p, vt.row, s1, limit, si, ti, span);
     const Column next = si < s1 ? fetch(span, ti) : Column{};
     cp_async_wait<0>();
-    const bool need_mask = __syncthreads_or(need);  // tile `it` landed; tile it - 1 is no longer read
-    need = false;
+    const bool mask = __syncthreads_or(need.mask);  // tile `it` landed; tile it - 1 is no longer read
+    const bool clip = clip_next;
+    need = {};
     if (si < s1) {  // CTA-uniform
       need = store(next, (it + 1) & 1);
-      __syncthreads();
+      clip_next = __syncthreads_or(need.clip);
       load_copy((it + 1) & 1);
     }
     cp_async_commit();
@@ -164,29 +176,35 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
     for (int half = 0; half < 2; ++half) {
       const int c0 = half * kHalfKeys;
       softmax_step32<T, D, kMT>(sq, tk, tv, c0, warp, lane, o, m, l, [&](float (&s)[kMT][kHB][4]) {
+        // x = scale·q·k in the log2 domain plus the column's bias for row (mt, hf), column cc.
+        auto each = [&](auto logit) {
 #pragma unroll
-        for (int nb = 0; nb < kHB; ++nb)
+          for (int nb = 0; nb < kHB; ++nb)
 #pragma unroll
-          for (int e1 = 0; e1 < 2; ++e1) {
-            const int cc = c0 + nb * 8 + 2 * t4 + e1;
-            const float lb = klb[cc];
-            const int32_t pos = kp[cc];
+            for (int e1 = 0; e1 < 2; ++e1) {
+              const int cc = c0 + nb * 8 + 2 * t4 + e1;
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
+              for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-              for (int hf = 0; hf < 2; ++hf) {
-                float& x = s[mt][nb][2 * hf + e1];
-                float bias = lb;
-                if (need_mask) {
-                  if (pos > qpos[mt][hf]) {
-                    x = kNegInf;
-                    continue;
-                  }
-                  bias = clipped_lbias(qpos[mt][hf], pos, kc[cc], lb, kb[cc]);
+                for (int hf = 0; hf < 2; ++hf) {
+                  float& x = s[mt][nb][2 * hf + e1];
+                  x = logit(x, cc, qpos[mt][hf]);
                 }
-                x = fmaf(x, p.scale_log2, bias);
-              }
-          }
+            }
+        };
+        if (clip) {
+          each([&](float x, int cc, int32_t q) {
+            const int32_t pos = kp[cc];
+            return pos > q ? kNegInf : fmaf(x, p.scale_log2, clipped_lbias(q, pos, kc[cc], klb[cc], kb[cc]));
+          });
+        } else if (mask) {
+          each([&](float x, int cc, int32_t q) {
+            const float v = fmaf(x, p.scale_log2, klb[cc]);  // loaded either way: a select, no branch
+            return kp[cc] > q ? kNegInf : v;
+          });
+        } else {
+          each([&](float x, int cc, int32_t) { return fmaf(x, p.scale_log2, klb[cc]); });
+        }
       });
     }
   }
