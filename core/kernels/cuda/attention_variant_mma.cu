@@ -28,15 +28,27 @@ constexpr int kMT = 2;                  // m16 tiles per warp
 constexpr int kHalfKeys = kTileKeys / 2;
 constexpr int kHB = kHalfKeys / 8;
 
-template <int D>
-struct VariantMmaSmem {
-  static constexpr int S = smem_stride<D>();
-  static constexpr int tile = kTileKeys * S;
-  static constexpr size_t q_bytes = size_t(kRows) * S * 2;
-  static constexpr size_t kv_bytes = 2 * 2 * size_t(tile) * 2;  // K and V, two stages
-  static constexpr size_t off_bytes = 2 * kTileKeys * 8;        // per stage: column K/V offset
-  static constexpr size_t col_bytes = 4 * 2 * kTileKeys * 4;    // per stage: position, count, biases
-  static constexpr size_t bytes = q_bytes + kv_bytes + off_bytes + col_bytes;
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnParams p, int32_t tile_tokens);
+
+// The kernel and its shared memory: the tiles (attention_mma.cuh), then per stage the columns: K/V
+// row offset, position, count, log2 bias with and without the count.
+template <class T, int D>
+struct VariantMmaSmem : PrefillTiles<T, D, kRows> {
+  using Tiles = PrefillTiles<T, D, kRows>;
+  static constexpr auto kernel = variant_mma_kernel<T, D>;
+  static constexpr size_t off_bytes = 2 * kTileKeys * 8;
+  static constexpr size_t col_bytes = 4 * 2 * kTileKeys * 4;
+  static constexpr size_t bytes = Tiles::bytes + off_bytes + col_bytes;
+  int64_t* soff;  // [2][kTileKeys] each
+  int32_t* spos;
+  int32_t* scount;
+  float* slbias;
+  float* sbias;
+  __device__ explicit VariantMmaSmem(unsigned char* smem)
+      : Tiles(smem), soff(reinterpret_cast<int64_t*>(this->rest)), spos(reinterpret_cast<int32_t*>(soff + 2 * kTileKeys)),
+        scount(spos + 2 * kTileKeys), slbias(reinterpret_cast<float*>(scount + 2 * kTileKeys)),
+        sbias(slbias + 2 * kTileKeys) {}
 };
 
 // The next non-empty tile after (span si, tile ti) of a row's spans: si = s1 when none is left.
@@ -52,18 +64,11 @@ __device__ inline void next_tile(const AttnParams& p, int64_t row, int32_t s1, i
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnParams p, int32_t tile_tokens) {
-  using L = VariantMmaSmem<D>;
+  using L = VariantMmaSmem<T, D>;
   constexpr int S = L::S;
   constexpr int NB = D / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sq = reinterpret_cast<T*>(smem);
-  T* sk = reinterpret_cast<T*>(smem + L::q_bytes);
-  T* sv = sk + 2 * L::tile;
-  int64_t* soff = reinterpret_cast<int64_t*>(smem + L::q_bytes + L::kv_bytes);
-  int32_t* spos = reinterpret_cast<int32_t*>(soff + 2 * kTileKeys);
-  int32_t* scount = spos + 2 * kTileKeys;
-  float* slbias = reinterpret_cast<float*>(scount + 2 * kTileKeys);
-  float* sbias = slbias + 2 * kTileKeys;
+  const L sm(smem);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t4 = lane & 3;
@@ -77,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
   const int32_t limit = min(vt.first_pos + vt.q1, vt.kv_len);
 
   // Q tile, asynchronously with the first K/V tile.
-  load_q_tile<T, D, kRows>(p, sq, vt.qo0 + vt.q0, h0, nh, n_rows);
+  load_q_tile<T, D, kRows>(p, sm.sq, vt.qo0 + vt.q0, h0, nh, n_rows);
   int32_t qpos[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -106,26 +111,26 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
   auto store = [&](const Column& col, int st) -> Need {
     if (tid >= kTileKeys) return {};
     const int c = st * kTileKeys + tid;
-    soff[c] = col.it.off;
-    spos[c] = col.it.pos;
-    scount[c] = col.it.count;
-    slbias[c] = col.it.lbias;
-    sbias[c] = col.bias;
+    sm.soff[c] = col.it.off;
+    sm.spos[c] = col.it.pos;
+    sm.scount[c] = col.it.count;
+    sm.slbias[c] = col.it.lbias;
+    sm.sbias[c] = col.bias;
     const bool clip = col.it.pos != INT32_MAX && int64_t(col.it.pos) + col.it.count - 1 > min_pos;
     return {col.it.pos > min_pos || clip, clip};
   };
   constexpr int CPR = D / 8;
   constexpr int RPP = kThreads / CPR;
   auto load_copy = [&](int st) {
-    T* tk = sk + st * L::tile;
-    T* tv = sv + st * L::tile;
+    T* tk = sm.sk + st * L::tile;
+    T* tv = sm.sv + st * L::tile;
     const int c = tid % CPR;
     const T* kbase = static_cast<const T*>(p.k);
     const T* vbase = static_cast<const T*>(p.v);
 #pragma unroll
     for (int i = 0; i < kTileKeys / RPP; ++i) {
       const int r = tid / CPR + i * RPP;
-      const int64_t off = soff[st * kTileKeys + r];
+      const int64_t off = sm.soff[st * kTileKeys + r];
       const int64_t src = (off >= 0 ? off : 0) + c * 8;
       cp_async16(tk + r * S + c * 8, kbase + src, off >= 0 ? 16 : 0);
       cp_async16(tv + r * S + c * 8, vbase + src, off >= 0 ? 16 : 0);
@@ -166,16 +171,16 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
     }
     cp_async_commit();
     const int st = it & 1;
-    const T* tk = sk + st * L::tile;
-    const T* tv = sv + st * L::tile;
-    const int32_t* kp = spos + st * kTileKeys;
-    const int32_t* kc = scount + st * kTileKeys;
-    const float* klb = slbias + st * kTileKeys;
-    const float* kb = sbias + st * kTileKeys;
+    const T* tk = sm.sk + st * L::tile;
+    const T* tv = sm.sv + st * L::tile;
+    const int32_t* kp = sm.spos + st * kTileKeys;
+    const int32_t* kc = sm.scount + st * kTileKeys;
+    const float* klb = sm.slbias + st * kTileKeys;
+    const float* kb = sm.sbias + st * kTileKeys;
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
       const int c0 = half * kHalfKeys;
-      softmax_step32<T, D, kMT>(sq, tk, tv, c0, warp, lane, o, m, l, [&](float (&s)[kMT][kHB][4]) {
+      softmax_step32<T, D, kMT>(sm.sq, tk, tv, c0, warp, lane, o, m, l, [&](float (&s)[kMT][kHB][4]) {
         // x = scale·q·k in the log2 domain plus the column's bias for row (mt, hf), column cc.
         auto each = [&](auto logit) {
 #pragma unroll
@@ -212,33 +217,11 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
   store_rows<T, D, kMT>(p, o, m, l, vt.qo0 + vt.q0, h0, nh, n_rows);
 }
 
-template <class T, int D>
-cudaError_t launch_d(const AttnParams& p, int32_t max_tiles, int32_t tile_tokens, cudaStream_t stream) {
-  constexpr size_t smem = VariantMmaSmem<D>::bytes;
-  static unsigned long long smem_set = 0;  // devices whose limit is raised
-  if (cudaError_t e = allow_dynamic_smem(variant_mma_kernel<T, D>, smem, smem_set); e != cudaSuccess) return e;
-  const dim3 grid(unsigned(max_tiles), unsigned(p.hkv * p.chunks), unsigned(p.batch));
-  variant_mma_kernel<T, D><<<grid, kThreads, smem, stream>>>(p, tile_tokens);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 cudaError_t launch_variant_attention_mma(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                          int32_t tile_tokens, cudaStream_t stream) {
-  if (tile_tokens < 1 || tile_tokens * p.hg > kRows) return cudaErrorInvalidConfiguration;
-  return dispatch_cuda_storage(kv_dt, [&](auto t) {
-    using T = typename decltype(t)::type;
-    if constexpr (std::is_same_v<T, float>) {
-      return cudaErrorInvalidValue;  // f32 storage: the FMA variant kernel
-    } else {
-      switch (p.d) {
-        case 64: return launch_d<T, 64>(p, max_tiles, tile_tokens, stream);
-        case 128: return launch_d<T, 128>(p, max_tiles, tile_tokens, stream);
-        default: return cudaErrorInvalidValue;  // the host plans this kernel for 64 and 128 only
-      }
-    }
-  });
+  return launch_prefill_tiles<VariantMmaSmem>(p, kv_dt, max_tiles, tile_tokens, stream);
 }
 
 }  // namespace sieve::kernels::cuda
