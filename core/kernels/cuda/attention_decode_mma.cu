@@ -310,15 +310,33 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
   }
 }
 
+template <class T, int D>
+cudaError_t launch_d(const AttnParams& p, cudaStream_t stream) {
+  constexpr size_t smem = RowMmaSmem<D>::bytes;
+  static unsigned long long smem_set = 0;  // devices whose limit is raised
+  if (cudaError_t e = allow_dynamic_smem(row_mma_kernel<T, D>, smem, smem_set); e != cudaSuccess) return e;
+  const dim3 grid(unsigned(p.n_work) * unsigned(p.hkv * p.chunks), unsigned(p.n_splits));
+  row_mma_kernel<T, D><<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_t(const AttnParams& p, cudaStream_t stream) {
+  switch (p.d) {
+    case 64: return launch_d<T, 64>(p, stream);
+    case 128: return launch_d<T, 128>(p, stream);
+    default: return cudaErrorInvalidValue;  // the host plans this kernel for 64 and 128 only
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_row_attention_mma(const AttnParams& p, Storage kv_dt, cudaStream_t stream) {
   if (p.hg > kRows) return cudaErrorInvalidConfiguration;
-  const dim3 grid(unsigned(p.n_work) * unsigned(p.hkv * p.chunks), unsigned(p.n_splits));
-  return dispatch_mma(kv_dt, p.d, [&](auto t, auto d) {
+  return dispatch_cuda_storage(kv_dt, [&](auto t) {
     using T = typename decltype(t)::type;
-    constexpr int D = decltype(d)::value;
-    return launch_mma<row_mma_kernel<T, D>>(grid, RowMmaSmem<D>::bytes, stream, p);
+    if constexpr (std::is_same_v<T, float>) return cudaErrorInvalidValue;  // f32 storage: the FMA row kernel
+    else return launch_t<T>(p, stream);
   });
 }
 
