@@ -410,4 +410,71 @@ __device__ __forceinline__ void softmax_step32(const T* sq, const T* tk, const T
   }
 }
 
+// ---- launching a tensor-core kernel ------------------------------------------------------------
+
+// f(type tag of T, std::integral_constant<int, D>) for the 16-bit storage kv_dt and head_dim d of
+// 64 or 128; f32 storage or another head_dim is cudaErrorInvalidValue (the host plans the FMA
+// kernels there).
+template <class F>
+cudaError_t dispatch_mma(Storage kv_dt, int32_t d, F&& f) {
+  return dispatch_cuda_storage(kv_dt, [&](auto t) -> cudaError_t {
+    using T = typename decltype(t)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      return cudaErrorInvalidValue;
+    } else {
+      switch (d) {
+        case 64: return f(t, std::integral_constant<int, 64>{});
+        case 128: return f(t, std::integral_constant<int, 128>{});
+        default: return cudaErrorInvalidValue;
+      }
+    }
+  });
+}
+
+// Launches Kernel (kThreads threads a CTA) with `smem` bytes of dynamic shared memory, raising its
+// limit once per device.
+template <auto Kernel, class... Args>
+cudaError_t launch_mma(dim3 grid, size_t smem, cudaStream_t stream, const Args&... args) {
+  static unsigned long long smem_set = 0;  // devices whose limit is raised
+  if (cudaError_t e = allow_dynamic_smem(Kernel, smem, smem_set); e != cudaSuccess) return e;
+  Kernel<<<grid, kThreads, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
+// ---- a prefill-shaped tensor-core CTA (attention_prefill_mma.cu, attention_variant_mma.cu) ----
+// Grid (query tile, head unit, sequence).
+inline dim3 prefill_grid(const AttnParams& p, int32_t max_tiles) {
+  return dim3(unsigned(max_tiles), unsigned(p.hkv * p.chunks), unsigned(p.batch));
+}
+
+// Launches a kernel of that shape for kv_dt and p.d: K<T, D>::kernel(p, tile_tokens) with
+// K<T, D>::bytes of shared memory (K: its shared-memory layout), tile_tokens tokens x p.hg heads a
+// CTA.
+template <template <class, int> class K>
+cudaError_t launch_prefill_tiles(const AttnParams& p, Storage kv_dt, int32_t max_tiles, int32_t tile_tokens,
+                                 cudaStream_t stream) {
+  if (tile_tokens < 1 || tile_tokens * p.hg > kMmaPrefillRows) return cudaErrorInvalidConfiguration;
+  return dispatch_mma(kv_dt, p.d, [&](auto t, auto d) {
+    using Kernel = K<typename decltype(t)::type, decltype(d)::value>;
+    return launch_mma<Kernel::kernel>(prefill_grid(p, max_tiles), Kernel::bytes, stream, p, tile_tokens);
+  });
+}
+
+// Its shared memory: the Q tile [ROWS][S], two stages of K and V tiles [kTileKeys][S], then the
+// kernel's own arrays from `rest` (16-byte aligned).
+template <class T, int D, int ROWS>
+struct PrefillTiles {
+  static constexpr int S = smem_stride<D>();
+  static constexpr int tile = kTileKeys * S;  // elements of one K or V tile
+  static constexpr size_t q_bytes = size_t(ROWS) * S * sizeof(T);
+  static constexpr size_t bytes = q_bytes + 2 * 2 * size_t(tile) * sizeof(T);  // K and V, two stages
+  T* sq;
+  T* sk;  // stage st at sk + st * tile
+  T* sv;
+  unsigned char* rest;
+  __device__ explicit PrefillTiles(unsigned char* smem)
+      : sq(reinterpret_cast<T*>(smem)), sk(reinterpret_cast<T*>(smem + q_bytes)), sv(sk + 2 * tile),
+        rest(smem + bytes) {}
+};
+
 }  // namespace sieve::kernels::cuda::mma

@@ -26,29 +26,32 @@ constexpr int kHalfKeys = kTileKeys / 2;  // keys per softmax step
 constexpr int kHB = kHalfKeys / 8;         // n-blocks of 8 keys in a step
 static_assert(kMT * 16 * (kThreads / 32) == kRows, "the warps' m16 tiles cover the CTA's rows");
 
-template <int D>
-struct PrefillMmaSmem {
-  static constexpr int S = smem_stride<D>();
-  static constexpr int tile = kTileKeys * S;
-  static constexpr size_t q_bytes = size_t(kRows) * S * 2;
-  static constexpr size_t kv_bytes = 2 * 2 * size_t(tile) * 2;  // K and V, two stages
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnParams p, int32_t tile_tokens);
+
+// The kernel and its shared memory: the tiles (attention_mma.cuh), then per stage the tile's key
+// positions, then the slot table.
+template <class T, int D>
+struct PrefillMmaSmem : PrefillTiles<T, D, kRows> {
+  using Tiles = PrefillTiles<T, D, kRows>;
+  static constexpr auto kernel = prefill_mma_kernel<T, D>;
   static constexpr size_t kpos_bytes = 2 * kTileKeys * 4;
   static constexpr size_t slot_bytes = 2 * size_t(kSlots) * 4;
-  static constexpr size_t bytes = q_bytes + kv_bytes + kpos_bytes + slot_bytes;
+  static constexpr size_t bytes = Tiles::bytes + kpos_bytes + slot_bytes;
+  int32_t* skpos;  // [2][kTileKeys]
+  int32_t* sphys;  // the chunk's slot table: physical page and first position of each slot
+  int32_t* spos0;
+  __device__ explicit PrefillMmaSmem(unsigned char* smem)
+      : Tiles(smem), skpos(reinterpret_cast<int32_t*>(this->rest)), sphys(skpos + 2 * kTileKeys),
+        spos0(sphys + kSlots) {}
 };
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnParams p, int32_t tile_tokens) {
-  using L = PrefillMmaSmem<D>;
-  constexpr int S = L::S;
+  using L = PrefillMmaSmem<T, D>;
   constexpr int NB = D / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sq = reinterpret_cast<T*>(smem);
-  T* sk = reinterpret_cast<T*>(smem + L::q_bytes);
-  T* sv = sk + 2 * L::tile;
-  int32_t* skpos = reinterpret_cast<int32_t*>(smem + L::q_bytes + L::kv_bytes);
-  int32_t* sphys = skpos + 2 * kTileKeys;  // the chunk's slot table
-  int32_t* spos0 = sphys + kSlots;
+  const L sm(smem);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t = lane & 3;
@@ -86,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
   const int32_t n_tiles = ceil_div_d(keys.n_keys, kTileKeys);
 
   // Q tile, asynchronously with the first K/V tile.
-  load_q_tile<T, D, kRows>(p, sq, qo0 + q0, h0, nh, n_rows);
+  load_q_tile<T, D, kRows>(p, sm.sq, qo0 + q0, h0, nh, n_rows);
   // A thread's rows of the tile in flight need masking: a key past the causal diagonal of the
   // tile's first token, or an invalid key; the CTA-wide OR comes with the next barrier.
   // At head_dim 128 the loader runs rolled: unrolled, its address arithmetic next to the 128
@@ -94,9 +97,9 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
   constexpr int kLoadUnroll = D >= 128 ? 1 : kTileKeys;
   SlotChunk ch{};
   auto load = [&](int32_t i, int st) -> bool {
-    return load_kv_tile<T, D, kThreads, kLoadUnroll>(p, keys, ch, sphys, spos0, kvh, i * kTileKeys,
-                                                     sk + st * L::tile, sv + st * L::tile,
-                                                     skpos + st * kTileKeys) > min_pos;
+    return load_kv_tile<T, D, kThreads, kLoadUnroll>(p, keys, ch, sm.sphys, sm.spos0, kvh, i * kTileKeys,
+                                                     sm.sk + st * L::tile, sm.sv + st * L::tile,
+                                                     sm.skpos + st * kTileKeys) > min_pos;
   };
 
   // Positions of this lane's rows: warp rows 32 * warp + 16 * mt + 8 * hf + g.
@@ -114,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
     ch = slot_chunk(p, keys, c0, n_tiles);
     c0 = ch.t1;
     __syncthreads();  // the previous chunk's tiles and slot table are no longer read
-    fill_slots<kThreads>(p, keys, ch, sphys, spos0);
+    fill_slots<kThreads>(p, keys, ch, sm.sphys, sm.spos0);
     __syncthreads();
     bool need_next = load(ch.t0, 0);
     cp_async_commit();  // with the Q tile in the first chunk
@@ -124,9 +127,9 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
       if (ch.t0 + it + 1 < ch.t1) need_next = load(ch.t0 + it + 1, (it + 1) & 1);
       cp_async_commit();
       const int st = it & 1;
-      const T* tk = sk + st * L::tile;
-      const T* tv = sv + st * L::tile;
-      const int32_t* kp = skpos + st * kTileKeys;
+      const T* tk = sm.sk + st * L::tile;
+      const T* tv = sm.sv + st * L::tile;
+      const int32_t* kp = sm.skpos + st * kTileKeys;
 
       // Two halves of 32 keys, each a full online-softmax step: the scores of a whole 64-key tile
       // next to the 128 output registers would not fit in 255 registers without spilling.
@@ -135,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
         const int c0 = half * kHalfKeys;  // first key column of this half
         // S = Q·Kᵀ, then mask (a key past a row's position or invalid) and scale to log2 logits,
         // then the online softmax and O += P·V (attention_mma.cuh).
-        softmax_step32<T, D, kMT>(sq, tk, tv, c0, warp, lane, o, m, l, [&](float (&s)[kMT][kHB][4]) {
+        softmax_step32<T, D, kMT>(sm.sq, tk, tv, c0, warp, lane, o, m, l, [&](float (&s)[kMT][kHB][4]) {
           if (need_mask) {
 #pragma unroll
             for (int nb = 0; nb < kHB; ++nb)
@@ -165,35 +168,11 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
   store_rows<T, D, kMT>(p, o, m, l, qo0 + q0, h0, nh, n_rows);
 }
 
-template <class T, int D>
-cudaError_t launch_d(const AttnParams& p, int32_t max_tiles, int32_t tile_tokens, cudaStream_t stream) {
-  constexpr size_t smem = PrefillMmaSmem<D>::bytes;
-  static unsigned long long smem_set = 0;  // devices whose limit is raised
-  if (cudaError_t e = allow_dynamic_smem(prefill_mma_kernel<T, D>, smem, smem_set); e != cudaSuccess) return e;
-  const dim3 grid(unsigned(max_tiles), unsigned(p.hkv * p.chunks), unsigned(p.batch));
-  prefill_mma_kernel<T, D><<<grid, kThreads, smem, stream>>>(p, tile_tokens);
-  return cudaGetLastError();
-}
-
-template <class T>
-cudaError_t launch_t(const AttnParams& p, int32_t max_tiles, int32_t tile_tokens, cudaStream_t stream) {
-  switch (p.d) {
-    case 64: return launch_d<T, 64>(p, max_tiles, tile_tokens, stream);
-    case 128: return launch_d<T, 128>(p, max_tiles, tile_tokens, stream);
-    default: return cudaErrorInvalidValue;  // the host plans this kernel for 64 and 128 only
-  }
-}
-
 }  // namespace
 
 cudaError_t launch_prefill_attention_mma(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                          int32_t tile_tokens, cudaStream_t stream) {
-  if (tile_tokens < 1 || tile_tokens * p.hg > kRows) return cudaErrorInvalidConfiguration;
-  return dispatch_cuda_storage(kv_dt, [&](auto t) {
-    using T = typename decltype(t)::type;
-    if constexpr (std::is_same_v<T, float>) return cudaErrorInvalidValue;  // f32 storage: the FMA prefill kernel
-    else return launch_t<T>(p, max_tiles, tile_tokens, stream);
-  });
+  return launch_prefill_tiles<PrefillMmaSmem>(p, kv_dt, max_tiles, tile_tokens, stream);
 }
 
 }  // namespace sieve::kernels::cuda

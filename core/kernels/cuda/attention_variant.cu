@@ -7,7 +7,9 @@
 // variant row; it walks the row's spans in order, TILE items at a time staged in shared memory
 // (K and V as f32, the item's position, log2-domain bias and count), and every token runs one
 // online softmax (log2 domain, f32) over all of them, masking what is past its position and
-// clipping a packed key's count at the keys it sees.
+// clipping a packed key's count at the keys it sees. The mask and the clip are applied only in the
+// stages that need them (one CTA-wide flag each per stage): a per-key clip in every stage inlined
+// a log2f per key into the score loop, ~1.1x slower (docs/results/variant_speed_h200.md).
 #include "attention_variant.cuh"
 
 namespace sieve::kernels::cuda {
@@ -50,6 +52,7 @@ __global__ void __launch_bounds__(kThreads) variant_kernel(const AttnParams p) {
     const Span span = variant_span(p, t.row, si, limit);
     for (int32_t c0 = 0; c0 < span.end - span.begin; c0 += TILE) {
       __syncthreads();  // the previous stage is no longer read
+      bool mask = false, clip = false;  // this thread's item: past the tile's first query / clipped
       if (tid < TILE) {
         const SpanItem it = variant_item(p, span, c0 + tid, b, t, kvh, limit);
         s_pos[tid] = it.pos;
@@ -59,8 +62,11 @@ __global__ void __launch_bounds__(kThreads) variant_kernel(const AttnParams p) {
         s_bias[tid] = span.packed && p.packed_bias && it.pos != INT32_MAX
                           ? __ldg(p.packed_bias + span.begin + c0 + tid) * kLog2e
                           : 0.f;
+        const int32_t first = t.first_pos + t.q0;
+        clip = it.pos != INT32_MAX && int64_t(it.pos) + it.count - 1 > first;
+        mask = it.pos > first || clip;
       }
-      __syncthreads();
+      clip = __syncthreads_or(clip);
       for (int el = tid; el < TILE * DCAP; el += kThreads) {
         const int k = el / DCAP, dim = el % DCAP;
         const int64_t off = s_off[k];
@@ -68,9 +74,8 @@ __global__ void __launch_bounds__(kThreads) variant_kernel(const AttnParams p) {
         sk[k][dim] = ok ? load_storage(p.k, p.kv_dt, off + dim) : 0.f;  // zeros: P is 0 there,
         sv[k][dim] = ok ? load_storage(p.v, p.kv_dt, off + dim) : 0.f;  // but 0 * NaN is not
       }
-      __syncthreads();
+      mask = __syncthreads_or(mask);
       float s[TILE];
-      float mx = kNegInf;
 #pragma unroll
       for (int k = 0; k < TILE; ++k) {
         float z = 0.f;
@@ -78,10 +83,24 @@ __global__ void __launch_bounds__(kThreads) variant_kernel(const AttnParams p) {
         for (int x = 0; x < DPT; ++x) z = fmaf(q[x], sk[k][sub + 4 * x], z);
         z += __shfl_xor_sync(0xffffffffu, z, 1);
         z += __shfl_xor_sync(0xffffffffu, z, 2);
-        const int32_t kp = s_pos[k];
-        s[k] = kp <= qpos ? z + clipped_lbias(qpos, kp, s_count[k], s_lbias[k], s_bias[k]) : kNegInf;
-        mx = fmaxf(mx, s[k]);
+        s[k] = z;
       }
+      if (clip) {
+#pragma unroll
+        for (int k = 0; k < TILE; ++k) {
+          const int32_t kp = s_pos[k];
+          s[k] = kp <= qpos ? s[k] + clipped_lbias(qpos, kp, s_count[k], s_lbias[k], s_bias[k]) : kNegInf;
+        }
+      } else if (mask) {
+#pragma unroll
+        for (int k = 0; k < TILE; ++k) s[k] = s_pos[k] <= qpos ? s[k] + s_lbias[k] : kNegInf;
+      } else {
+#pragma unroll
+        for (int k = 0; k < TILE; ++k) s[k] += s_lbias[k];
+      }
+      float mx = kNegInf;
+#pragma unroll
+      for (int k = 0; k < TILE; ++k) mx = fmaxf(mx, s[k]);
       const float m_new = fmaxf(m_run, mx);
       if (m_new > kNegInf) {  // else nothing is visible to this token yet
         const float alpha = exp2f(m_run - m_new);

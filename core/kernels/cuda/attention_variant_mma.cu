@@ -10,7 +10,11 @@
 //         critical path, one round per tile instead of a chain per key row;
 //   copy  every thread issues the cp.async of its rows' 16-byte pieces from those offsets.
 // Logits: scale·q·k in the log2 domain plus the column's bias, -inf past a row's position, a
-// packed key's count clipped at what the row sees (only tiles holding such a key pay for it).
+// packed key's count clipped at what the row sees. Each tile takes one of three straight-line
+// forms, chosen per tile for the whole CTA: bias only (every column before the tile's first query
+// and standing for keys it sees: nearly every tile), causal mask, or mask and count clip (a packed
+// key whose run reaches into the tile's queries). One form with a per-column branch instead cut
+// the loop into ~100 basic blocks with 32 inlined log2f, ~1.4x slower (docs/results/variant_speed_h200.md).
 #include "attention_mma.cuh"
 #include "attention_variant.cuh"
 
@@ -24,15 +28,27 @@ constexpr int kMT = 2;                  // m16 tiles per warp
 constexpr int kHalfKeys = kTileKeys / 2;
 constexpr int kHB = kHalfKeys / 8;
 
-template <int D>
-struct VariantMmaSmem {
-  static constexpr int S = smem_stride<D>();
-  static constexpr int tile = kTileKeys * S;
-  static constexpr size_t q_bytes = size_t(kRows) * S * 2;
-  static constexpr size_t kv_bytes = 2 * 2 * size_t(tile) * 2;  // K and V, two stages
-  static constexpr size_t off_bytes = 2 * kTileKeys * 8;        // per stage: column K/V offset
-  static constexpr size_t col_bytes = 4 * 2 * kTileKeys * 4;    // per stage: position, count, biases
-  static constexpr size_t bytes = q_bytes + kv_bytes + off_bytes + col_bytes;
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnParams p, int32_t tile_tokens);
+
+// The kernel and its shared memory: the tiles (attention_mma.cuh), then per stage the columns: K/V
+// row offset, position, count, log2 bias with and without the count.
+template <class T, int D>
+struct VariantMmaSmem : PrefillTiles<T, D, kRows> {
+  using Tiles = PrefillTiles<T, D, kRows>;
+  static constexpr auto kernel = variant_mma_kernel<T, D>;
+  static constexpr size_t off_bytes = 2 * kTileKeys * 8;
+  static constexpr size_t col_bytes = 4 * 2 * kTileKeys * 4;
+  static constexpr size_t bytes = Tiles::bytes + off_bytes + col_bytes;
+  int64_t* soff;  // [2][kTileKeys] each
+  int32_t* spos;
+  int32_t* scount;
+  float* slbias;
+  float* sbias;
+  __device__ explicit VariantMmaSmem(unsigned char* smem)
+      : Tiles(smem), soff(reinterpret_cast<int64_t*>(this->rest)), spos(reinterpret_cast<int32_t*>(soff + 2 * kTileKeys)),
+        scount(spos + 2 * kTileKeys), slbias(reinterpret_cast<float*>(scount + 2 * kTileKeys)),
+        sbias(slbias + 2 * kTileKeys) {}
 };
 
 // The next non-empty tile after (span si, tile ti) of a row's spans: si = s1 when none is left.
@@ -48,18 +64,11 @@ __device__ inline void next_tile(const AttnParams& p, int64_t row, int32_t s1, i
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnParams p, int32_t tile_tokens) {
-  using L = VariantMmaSmem<D>;
+  using L = VariantMmaSmem<T, D>;
   constexpr int S = L::S;
   constexpr int NB = D / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sq = reinterpret_cast<T*>(smem);
-  T* sk = reinterpret_cast<T*>(smem + L::q_bytes);
-  T* sv = sk + 2 * L::tile;
-  int64_t* soff = reinterpret_cast<int64_t*>(smem + L::q_bytes + L::kv_bytes);
-  int32_t* spos = reinterpret_cast<int32_t*>(soff + 2 * kTileKeys);
-  int32_t* scount = spos + 2 * kTileKeys;
-  float* slbias = reinterpret_cast<float*>(scount + 2 * kTileKeys);
-  float* sbias = slbias + 2 * kTileKeys;
+  const L sm(smem);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t4 = lane & 3;
@@ -73,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
   const int32_t limit = min(vt.first_pos + vt.q1, vt.kv_len);
 
   // Q tile, asynchronously with the first K/V tile.
-  load_q_tile<T, D, kRows>(p, sq, vt.qo0 + vt.q0, h0, nh, n_rows);
+  load_q_tile<T, D, kRows>(p, sm.sq, vt.qo0 + vt.q0, h0, nh, n_rows);
   int32_t qpos[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -82,8 +91,8 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
 
   // Column tid (< 64) of tile (span, ti): item ti * 64 + tid, fetched into registers (global loads
   // only, so it is issued before the barrier that frees its stage), then stored into stage st.
-  // store returns whether the column needs a per-row look (a key past the tile's first token, or
-  // a count some row must clip).
+  // store returns what the column needs of the rows: a mask (absent, or past the tile's first
+  // token) and/or a count clip (a packed key whose run reaches past the tile's first token).
   struct Column {
     SpanItem it;
     float bias;  // without the count: the causal clip replaces the count's share
@@ -96,28 +105,32 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
       c.bias = __ldg(p.packed_bias + span.begin + ti * kTileKeys + tid) * kLog2e;
     return c;
   };
-  auto store = [&](const Column& col, int st) -> bool {
-    if (tid >= kTileKeys) return false;
+  struct Need {
+    bool mask = false, clip = false;
+  };
+  auto store = [&](const Column& col, int st) -> Need {
+    if (tid >= kTileKeys) return {};
     const int c = st * kTileKeys + tid;
-    soff[c] = col.it.off;
-    spos[c] = col.it.pos;
-    scount[c] = col.it.count;
-    slbias[c] = col.it.lbias;
-    sbias[c] = col.bias;
-    return col.it.pos == INT32_MAX || int64_t(col.it.pos) + col.it.count - 1 > min_pos;
+    sm.soff[c] = col.it.off;
+    sm.spos[c] = col.it.pos;
+    sm.scount[c] = col.it.count;
+    sm.slbias[c] = col.it.lbias;
+    sm.sbias[c] = col.bias;
+    const bool clip = col.it.pos != INT32_MAX && int64_t(col.it.pos) + col.it.count - 1 > min_pos;
+    return {col.it.pos > min_pos || clip, clip};
   };
   constexpr int CPR = D / 8;
   constexpr int RPP = kThreads / CPR;
   auto load_copy = [&](int st) {
-    T* tk = sk + st * L::tile;
-    T* tv = sv + st * L::tile;
+    T* tk = sm.sk + st * L::tile;
+    T* tv = sm.sv + st * L::tile;
     const int c = tid % CPR;
     const T* kbase = static_cast<const T*>(p.k);
     const T* vbase = static_cast<const T*>(p.v);
 #pragma unroll
     for (int i = 0; i < kTileKeys / RPP; ++i) {
       const int r = tid / CPR + i * RPP;
-      const int64_t off = soff[st * kTileKeys + r];
+      const int64_t off = sm.soff[st * kTileKeys + r];
       const int64_t src = (off >= 0 ? off : 0) + c * 8;
       cp_async16(tk + r * S + c * 8, kbase + src, off >= 0 ? 16 : 0);
       cp_async16(tv + r * S + c * 8, vbase + src, off >= 0 ? 16 : 0);
@@ -130,13 +143,16 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
   int32_t s0, s1;
   variant_row_spans(p, vt.row, s0, s1);
   // The tile in flight (si, ti) and the one being consumed; every thread walks them identically.
+  // A tile's mask need is OR-ed over the CTA at the barrier before it is consumed, its clip need
+  // at the barrier after its columns are stored (one iteration earlier): no extra barrier.
   int32_t si = s0 - 1, ti = -1;
   Span span{0, 0, 0};
   next_tile(p, vt.row, s1, limit, si, ti, span);
-  bool need = false;
+  Need need;
+  bool clip_next = false;
   if (si < s1) {
     need = store(fetch(span, ti), 0);
-    __syncthreads();
+    clip_next = __syncthreads_or(need.clip);
     load_copy(0);
   }
   cp_async_commit();  // with the Q tile
@@ -145,48 +161,55 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
     next_tile(p, vt.row, s1, limit, si, ti, span);
     const Column next = si < s1 ? fetch(span, ti) : Column{};
     cp_async_wait<0>();
-    const bool need_mask = __syncthreads_or(need);  // tile `it` landed; tile it - 1 is no longer read
-    need = false;
+    const bool mask = __syncthreads_or(need.mask);  // tile `it` landed; tile it - 1 is no longer read
+    const bool clip = clip_next;
+    need = {};
     if (si < s1) {  // CTA-uniform
       need = store(next, (it + 1) & 1);
-      __syncthreads();
+      clip_next = __syncthreads_or(need.clip);
       load_copy((it + 1) & 1);
     }
     cp_async_commit();
     const int st = it & 1;
-    const T* tk = sk + st * L::tile;
-    const T* tv = sv + st * L::tile;
-    const int32_t* kp = spos + st * kTileKeys;
-    const int32_t* kc = scount + st * kTileKeys;
-    const float* klb = slbias + st * kTileKeys;
-    const float* kb = sbias + st * kTileKeys;
+    const T* tk = sm.sk + st * L::tile;
+    const T* tv = sm.sv + st * L::tile;
+    const int32_t* kp = sm.spos + st * kTileKeys;
+    const int32_t* kc = sm.scount + st * kTileKeys;
+    const float* klb = sm.slbias + st * kTileKeys;
+    const float* kb = sm.sbias + st * kTileKeys;
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
       const int c0 = half * kHalfKeys;
-      softmax_step32<T, D, kMT>(sq, tk, tv, c0, warp, lane, o, m, l, [&](float (&s)[kMT][kHB][4]) {
+      softmax_step32<T, D, kMT>(sm.sq, tk, tv, c0, warp, lane, o, m, l, [&](float (&s)[kMT][kHB][4]) {
+        // x = scale·q·k in the log2 domain plus the column's bias for row (mt, hf), column cc.
+        auto each = [&](auto logit) {
 #pragma unroll
-        for (int nb = 0; nb < kHB; ++nb)
+          for (int nb = 0; nb < kHB; ++nb)
 #pragma unroll
-          for (int e1 = 0; e1 < 2; ++e1) {
-            const int cc = c0 + nb * 8 + 2 * t4 + e1;
-            const float lb = klb[cc];
-            const int32_t pos = kp[cc];
+            for (int e1 = 0; e1 < 2; ++e1) {
+              const int cc = c0 + nb * 8 + 2 * t4 + e1;
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
+              for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-              for (int hf = 0; hf < 2; ++hf) {
-                float& x = s[mt][nb][2 * hf + e1];
-                float bias = lb;
-                if (need_mask) {
-                  if (pos > qpos[mt][hf]) {
-                    x = kNegInf;
-                    continue;
-                  }
-                  bias = clipped_lbias(qpos[mt][hf], pos, kc[cc], lb, kb[cc]);
+                for (int hf = 0; hf < 2; ++hf) {
+                  float& x = s[mt][nb][2 * hf + e1];
+                  x = logit(x, cc, qpos[mt][hf]);
                 }
-                x = fmaf(x, p.scale_log2, bias);
-              }
-          }
+            }
+        };
+        if (clip) {
+          each([&](float x, int cc, int32_t q) {
+            const int32_t pos = kp[cc];
+            return pos > q ? kNegInf : fmaf(x, p.scale_log2, clipped_lbias(q, pos, kc[cc], klb[cc], kb[cc]));
+          });
+        } else if (mask) {
+          each([&](float x, int cc, int32_t q) {
+            const float v = fmaf(x, p.scale_log2, klb[cc]);  // loaded either way: a select, no branch
+            return kp[cc] > q ? kNegInf : v;
+          });
+        } else {
+          each([&](float x, int cc, int32_t) { return fmaf(x, p.scale_log2, klb[cc]); });
+        }
       });
     }
   }
@@ -194,33 +217,11 @@ __global__ void __launch_bounds__(kThreads, 2) variant_mma_kernel(const AttnPara
   store_rows<T, D, kMT>(p, o, m, l, vt.qo0 + vt.q0, h0, nh, n_rows);
 }
 
-template <class T, int D>
-cudaError_t launch_d(const AttnParams& p, int32_t max_tiles, int32_t tile_tokens, cudaStream_t stream) {
-  constexpr size_t smem = VariantMmaSmem<D>::bytes;
-  static unsigned long long smem_set = 0;  // devices whose limit is raised
-  if (cudaError_t e = allow_dynamic_smem(variant_mma_kernel<T, D>, smem, smem_set); e != cudaSuccess) return e;
-  const dim3 grid(unsigned(max_tiles), unsigned(p.hkv * p.chunks), unsigned(p.batch));
-  variant_mma_kernel<T, D><<<grid, kThreads, smem, stream>>>(p, tile_tokens);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 cudaError_t launch_variant_attention_mma(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                          int32_t tile_tokens, cudaStream_t stream) {
-  if (tile_tokens < 1 || tile_tokens * p.hg > kRows) return cudaErrorInvalidConfiguration;
-  return dispatch_cuda_storage(kv_dt, [&](auto t) {
-    using T = typename decltype(t)::type;
-    if constexpr (std::is_same_v<T, float>) {
-      return cudaErrorInvalidValue;  // f32 storage: the FMA variant kernel
-    } else {
-      switch (p.d) {
-        case 64: return launch_d<T, 64>(p, max_tiles, tile_tokens, stream);
-        case 128: return launch_d<T, 128>(p, max_tiles, tile_tokens, stream);
-        default: return cudaErrorInvalidValue;  // the host plans this kernel for 64 and 128 only
-      }
-    }
-  });
+  return launch_prefill_tiles<VariantMmaSmem>(p, kv_dt, max_tiles, tile_tokens, stream);
 }
 
 }  // namespace sieve::kernels::cuda

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/dpxa_select.hpp"
+#include "math/dpxa_tiles.hpp"
 
 namespace sieve::dpxa {
 
@@ -35,12 +36,9 @@ struct DeltaxLaunch {
   void* stream;
 };
 
-// Spans one (sequence, q head) may need: Σ_t candidates(t) over its query blocks, at most
-// KB(KB+1)/2 + KB for KB key blocks (a chunked prefill's blocks straddle key blocks).
-inline int64_t row_span_capacity(int32_t B, int32_t max_seq_len) {
-  const int64_t blocks = (int64_t(max_seq_len) + B - 1) / B;
-  return blocks * (blocks + 3) / 2;
-}
+// Spans one (sequence, q head) may need: one per candidate tile of its query blocks at most
+// (dpxa_tiles.hpp's max_row_tiles: chunked prefills included).
+inline int64_t row_span_capacity(int32_t B, int32_t max_seq_len) { return max_row_tiles(max_seq_len, B); }
 
 // Enqueue the sequence's packed keys and spans on a.stream (no allocation, no synchronisation).
 // NULL, or the CUDA error string of a failed launch.

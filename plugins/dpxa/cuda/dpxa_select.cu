@@ -370,8 +370,7 @@ const char* launch_typed(const SequenceLaunch& a) {
 
 ScratchSizes scratch_sizes(int32_t max_seq_len, int32_t B, int32_t hq, int32_t hkv) {
   const size_t blocks = size_t(max_seq_len + B - 1) / size_t(B);
-  // Σ_t n_candidates(t) <= KB (KB + 1) / 2 (each earlier query block sees one key block less).
-  const size_t tiles = blocks * (blocks + 1) / 2;
+  const size_t tiles = size_t(max_row_tiles(max_seq_len, B));  // chunked prefills included
   ScratchSizes s;
   s.q_anchors = size_t(hq) * blocks * size_t(B);
   s.q_counts = size_t(hq) * blocks * 4;

@@ -76,7 +76,7 @@ void CudaSelect::run(const sieve_geometry& g, const SelectConfig& c, const sieve
   const int32_t B = c.cfg.block, H = c.per_kv_head ? g.n_kv_heads : g.n_q_heads;
   int32_t row0 = 0;
   for (int32_t b = 0; b < call.batch; ++b) {
-    if (deltax && call.kv_len_host[b] > g.max_seq_len)  // the deltax scratch's sizing
+    if (call.kv_len_host[b] > g.max_seq_len)  // the scratch's sizing (scratch_sizes, max_row_tiles)
       sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "sequence ", b, " has kv_len ", call.kv_len_host[b], " > max_seq_len = ",
                g.max_seq_len);
     // deltax: this sequence's exact bits follow the earlier sequences' query blocks.

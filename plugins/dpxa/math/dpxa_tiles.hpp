@@ -233,6 +233,16 @@ SIEVE_DPXA_HD int64_t row_prefix(int64_t kv_len, int64_t n_new, int32_t B, int32
   return int64_t(t) * (t + 1) / 2 + int64_t(t) * c;
 }
 
+// Tiles Σ_t n_candidates(t) one head of a sequence of at most max_seq_len tokens can have, however
+// its queries start: KB (KB + 1) / 2 for KB key blocks when they start on a block boundary; a chunk
+// starting mid-block makes every query block straddle two key blocks, up to KB more (row_prefix's
+// sum QB (QB + 1) / 2 + QB·ceil(base / B) with QB + ceil(base / B) <= KB + 1). What the CUDA
+// selection's tile scratch and DeltaX's span rows are sized for.
+SIEVE_DPXA_HD int64_t max_row_tiles(int64_t max_seq_len, int32_t B) {
+  const int64_t kb = (max_seq_len + B - 1) / B;
+  return kb * (kb + 3) / 2;
+}
+
 // Greedy order: larger weight first, equal weights by lower key block first. As one 64-bit key
 // sorted descending: weight bits (weights are >= 0, so their bits order like the values) above
 // the complemented index.

@@ -181,6 +181,29 @@ TEST(DpxaCore, AnchorsMatchPlainWalk) {
   }
 }
 
+// max_row_tiles (what the CUDA selection's tile scratch and DeltaX's span rows are sized for)
+// covers Σ_t n_candidates(t) of every chunk a sequence of at most max_seq_len tokens can be
+// prefilled in, counted by row_span itself; and a chunk starting mid-block can need more than the
+// KB (KB + 1) / 2 tiles of a whole prompt, the size the scratch once had.
+TEST(DpxaCore, MaxRowTilesCoversEveryChunkedPrefill) {
+  for (int32_t B : {4, 16, 32})
+    for (int64_t L : {int64_t(B) * 4 - 1, int64_t(B) * 8, int64_t(B) * 8 + 5}) {
+      const int64_t kb = (L + B - 1) / B;
+      int64_t worst = 0;
+      for (int64_t kv_len = 1; kv_len <= L; ++kv_len)
+        for (int64_t n_new = 1; n_new <= kv_len; ++n_new) {
+          int64_t tiles = 0;
+          for (int32_t t = 0; int64_t(t) * B < n_new; ++t)
+            tiles += sieve::dpxa::row_span(kv_len, n_new, B, t).n_candidates;
+          worst = std::max(worst, tiles);
+        }
+      SCOPED_TRACE(::testing::Message() << "B " << B << ", max_seq_len " << L);
+      EXPECT_LE(worst, sieve::dpxa::max_row_tiles(L, B));
+      // (A max_seq_len ending mid-block can absorb the excess in its short last key block.)
+      if (L % B == 0) EXPECT_GT(worst, kb * (kb + 1) / 2);
+    }
+}
+
 // Per-head tau from a thresholds file: head 0 keeps everything, head 1 only the forced blocks,
 // the rest the global tau; a bad file is refused naming the line.
 TEST_F(Dpxa, ThresholdsFilePerHead) {

@@ -143,6 +143,24 @@ TEST_F(DpxaCuda, OddHeadDimFallsBackToTheExactKernel) {
   }
 }
 
+// A chunked prefill starting one token into the first block, up to a max_seq_len the scratch is
+// sized for: every query block straddles two key blocks, Σ_t candidates = 151 tiles per head
+// (row_span), 15 more than the KB (KB + 1) / 2 = 136 of a whole prompt the tile scratch once held
+// (the overrun is what compute-sanitizer memcheck flags, gpu/h-variant.sh).
+TEST_F(DpxaCuda, ChunkedPrefillUpToMaxSeqLenFitsTheScratch) {
+  for (DLDataType t : {sieve::kF32, sieve::kBF16}) {
+    SCOPED_TRACE(sieve::dtype_name(t));
+    const bool exact = sieve::same_dtype(t, sieve::kF32);
+    DpxaScenario sc({512}, {511}, 16, exact ? 4 : 8, 2, 32, 13, t);
+    sc.g.max_seq_len = 512;
+    for (const char* est : {"dpxa", "xattn", "stride"}) {
+      DpxaArgs a;
+      a.estimator = est;
+      compare(sc, a, exact);
+    }
+  }
+}
+
 TEST_F(DpxaCuda, LongSequenceAtThePapersBlockSize) {
   DpxaScenario sc({3000}, {3000}, 16, 8, 2, 128, 9, sieve::kBF16);
   sc.g.max_seq_len = 4096;
