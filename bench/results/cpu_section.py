@@ -76,6 +76,26 @@ def policy_rows(policy):
     return out
 
 
+SUMMARY = "| CPU decode, 2 cores (issue 24) |"
+
+
+def summary_row(cases, c, when):
+    """README's row in the targets table at the top: the ranges of this run."""
+    dec = [x for x in cases if x.get("ok") and x["phase"] == "decode" and "portable" not in x["name"]]
+    dense = {x["name"]: x for x in dec if x["sparsity"] == 0}
+    pct = {dt: [100 * x["gbs"] / c["host_copy_gbs"] for x in dense.values() if x["dtype"] == dt]
+           for dt in ("f32", "bf16")}
+    speed = [dense[x["name"][: -len("sparse0.90")] + "dense"]["median_ms"] / x["median_ms"]
+             for x in dec if x["name"].endswith("sparse0.90")]
+    met = [min(pct["f32"]) >= 60, min(pct["bf16"]) >= 50, min(speed) >= 8]
+    state = "met" if all(met) else "**" + ", ".join(
+        n for n, ok in zip(("dense f32", "dense bf16", "sparse"), met) if not ok) + " not met**"
+    return (f"{SUMMARY} dense ≥ 60% (f32) / ≥ 50% (bf16) of memcpy; 90% sparse ≥ 8× dense | "
+            f"{when}: dense f32 {min(pct['f32']):.1f}–{max(pct['f32']):.1f}%, bf16 "
+            f"{min(pct['bf16']):.1f}–{max(pct['bf16']):.1f}%; sparse {min(speed):.2f}–{max(speed):.2f}× "
+            f"([below](#cpu-attention-on-the-2-core-machine-issue-24)) | {state} |")
+
+
 def main():
     suite_path, policy_path, readme_path, info = sys.argv[1:5]
     suite, policy = json.load(open(suite_path)), json.load(open(policy_path))
@@ -99,7 +119,11 @@ def main():
     if text.count(BEGIN) != 1 or text.count(END) != 1:
         sys.exit(f"cpu_section.py: {readme_path} must hold one '{BEGIN}' and one '{END}'")
     head, rest = text.split(BEGIN)
-    open(readme_path, "w").write(head + "\n".join(lines) + rest.split(END, 1)[1])
+    text = head + "\n".join(lines) + rest.split(END, 1)[1]
+    when = re.search(r"\*\*(.*?) UTC\*\*", info)
+    row = summary_row(suite["cases"], c, (when.group(1) + " UTC") if when else suite["date"])
+    text = "\n".join(row if l.startswith(SUMMARY) else l for l in text.split("\n"))
+    open(readme_path, "w").write(text)
     print("\n".join(lines[1:-1]))
 
 
