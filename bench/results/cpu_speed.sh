@@ -4,11 +4,13 @@
 # are not the kernels'). Writes, with today's UTC date:
 #   docs/bench/cpu-2core-DATE.json / .txt   sieve_bench's CPU suite: dense, 90% sparse and portable
 #                                           decode (32q/8kv d128, bs 1/4, 8K/32K, f32/bf16) against
-#                                           memcpy, and prefill (one causal 4K prompt) against
-#                                           OpenBLAS sgemm, both measured in the same process
+#                                           memcpy and the read-only ceilings, and prefill (one
+#                                           causal 4K prompt) against OpenBLAS sgemm, all measured
+#                                           in the same process
 #   docs/results/policy-step-cpu.{json,md}  the policy step (bench/results/policy_cpu.sh)
-# then prints the lines to paste into docs/bench/README.md's CPU section. 2 threads unless
-# OMP_NUM_THREADS says otherwise (OpenBLAS gets the same count).
+#   docs/bench/README.md                    the measured part of its CPU section (between the
+#                                           cpu_speed.sh markers; bench/results/cpu_section.py)
+# 2 threads unless OMP_NUM_THREADS says otherwise (OpenBLAS gets the same count).
 #
 #   bench/results/cpu_speed.sh [BUILD_DIR]   (default build; needs sieve_bench, seer_random_gate
 #                                            and the plugins: cmake --build BUILD_DIR)
@@ -29,26 +31,23 @@ machine() {
 }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
+START="$(date -u '+%Y-%m-%d %H:%M')"
+T0=$SECONDS
+LOAD_BEFORE="$(load)"
 {
-  echo "# $(date -u +%FT%TZ) UTC; $(machine); OMP_NUM_THREADS=$OMP_NUM_THREADS; load before: $(load)"
-  # Decode against memcpy, prefill against sgemm; the portable path beside each as the in-run
-  # baseline of the SIMD kernels.
+  echo "# $(date -u +%FT%TZ) UTC; $(machine); OMP_NUM_THREADS=$OMP_NUM_THREADS; load before: $LOAD_BEFORE"
+  # Decode against memcpy and the read-only ceilings, prefill against sgemm; the portable path
+  # beside each as the in-run baseline of the SIMD kernels.
   "$BENCH" --cpu-only --filter='cpu/(decode|prefill)/.*(f32|bf16)/(dense|sparse0.90)' \
     --json="$OUT.json"
   echo "# load after: $(load)"
 } 2>&1 | tee "$OUT.txt"
+T_SUITE=$((SECONDS - T0))
 
 OMP_NUM_THREADS="$OMP_NUM_THREADS" "$ROOT/bench/results/policy_cpu.sh" "$BUILD"
+LOAD_AFTER="$(load)"
 
-python3 - "$OUT.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-c = r["ceilings"]
-print(f"\nFor docs/bench/README.md (CPU section), {r['date']}: memcpy {c['host_copy_gbs']:.1f} GB/s, "
-      f"sgemm {c.get('host_sgemm_gflops', 0):.1f} GFLOP/s, {c['host_threads']} threads")
-for t in r["targets"]:
-    if "CPU" in t["target"]:
-        state = "info" if t["criterion"] == "report" else ("MET" if t["met"] else "NOT MET")
-        print(f"  [{state}] {t['target']}: {t['measured']} ({t['case']})")
-PY
-echo "wrote $OUT.json, $OUT.txt, docs/results/policy-step-cpu.{json,md}"
+INFO="Run **$START UTC** by \`bench/results/cpu_speed.sh\` at $(git -C "$ROOT" rev-parse --short HEAD) on $(machine), $OMP_NUM_THREADS threads; load average (1 / 5 / 15 min) before: $LOAD_BEFORE, after: $LOAD_AFTER; suite $T_SUITE s, whole run $((SECONDS - T0)) s"
+python3 "$ROOT/bench/results/cpu_section.py" "$OUT.json" "$ROOT/docs/results/policy-step-cpu.json" \
+  "$ROOT/docs/bench/README.md" "$INFO"
+echo "wrote $OUT.json, $OUT.txt, docs/results/policy-step-cpu.{json,md} and docs/bench/README.md's CPU tables"

@@ -15,11 +15,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 
 #include <cblas.h>
 #include <sys/mman.h>
@@ -133,6 +135,60 @@ double measure_host_copy_gbs(int threads) {
   }
   ms.erase(ms.begin());  // warm-up
   return 2.0 * double(chunk) * threads / (summarize(ms, 1).median_ms * 1e-3) / 1e9;
+}
+
+// Sum of the 64-bit words of [p, p + bytes) (the compiler vectorises it; 8 independent sums keep
+// the adds off the critical path), and the same over 4 KiB slabs of K and V at offsets off[0, n)
+// with the next slab pair's lines prefetched one per line read.
+uint64_t sum_words(const unsigned char* p, size_t bytes) {
+  const auto* w = reinterpret_cast<const uint64_t*>(p);
+  uint64_t s[8] = {};
+  for (size_t i = 0; i + 8 <= bytes / 8; i += 8)
+    for (int k = 0; k < 8; ++k) s[k] += w[i + size_t(k)];
+  return std::accumulate(s, s + 8, uint64_t(0));
+}
+
+uint64_t sum_slabs(const unsigned char* k, const unsigned char* v, const size_t* off, size_t n) {
+  constexpr size_t kSlab = 4096;
+  uint64_t s[8] = {};
+  for (size_t j = 0; j < n; ++j)
+    for (const unsigned char* base : {k, v})
+      for (size_t b = 0; b < kSlab; b += 64) {
+        if (j + 1 < n) __builtin_prefetch(base + off[j + 1] + b, 0, 3);
+        const auto* w = reinterpret_cast<const uint64_t*>(base + off[j] + b);
+        for (int e = 0; e < 8; ++e) s[e] += w[e];
+      }
+  return std::accumulate(s, s + 8, uint64_t(0));
+}
+
+std::pair<double, double> measure_host_read_gbs(int threads) {
+  const size_t bytes = size_t(1) << 30, slab = 4096, slabs = bytes / 2 / slab;
+  PoolBuffer a(bytes);
+  fill_host_random(a.data(), kF32, int64_t(bytes / 4), 5);
+  const unsigned char* k = a.data();
+  const unsigned char* v = a.data() + bytes / 2;
+  std::vector<size_t> off(slabs);
+  for (size_t i = 0; i < slabs; ++i) off[i] = i * slab;
+  std::shuffle(off.begin(), off.end(), std::mt19937_64(7));
+  const int t = std::max(threads, 1);
+  std::vector<uint64_t> sink(size_t(t) * 8);  // a result per thread, a line apart
+  auto rate = [&](bool paged) {
+    std::vector<double> ms;
+    for (int rep = 0; rep < 7; ++rep) {
+      const auto t0 = Clock::now();
+#pragma omp parallel for num_threads(t) schedule(static)
+      for (int i = 0; i < t; ++i)
+        sink[size_t(i) * 8] += paged ? sum_slabs(k, v, off.data() + slabs / size_t(t) * size_t(i), slabs / size_t(t))
+                                     : sum_words(a.data() + bytes / size_t(t) * size_t(i), bytes / size_t(t));
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    ms.erase(ms.begin());  // warm-up
+    const double read = paged ? double(slabs / size_t(t) * size_t(t)) * 2 * slab : double(bytes);
+    return read / (summarize(ms, 1).median_ms * 1e-3) / 1e9;
+  };
+  const double seq = rate(false), paged = rate(true);
+  if (std::accumulate(sink.begin(), sink.end(), uint64_t(0)) == 1) std::puts("");  // keep the sums
+  return {seq, paged};
 }
 
 // Square sgemm of n = 3072 (three 36 MiB operands, each past a 32 MiB LLC) on `threads` OpenBLAS

@@ -151,7 +151,12 @@ std::vector<Target> targets(const Report& r) {
   for (const auto& x : r.results) {
     if (!x.ran || x.c.backend != Backend::kCpu || x.c.prefill()) continue;
     const double pct = 100 * gbs(x) / r.ceilings.host_copy_gbs;
-    const std::string bw = fmt("%.1f GB/s = %.1f%% of memcpy %.1f GB/s", gbs(x), pct, r.ceilings.host_copy_gbs);
+    std::string bw = fmt("%.1f GB/s = %.1f%% of memcpy %.1f GB/s", gbs(x), pct, r.ceilings.host_copy_gbs);
+    if (r.ceilings.host_read_gbs > 0 && r.ceilings.host_paged_read_gbs > 0)
+      bw += fmt(" (%.0f%% of read-only %.1f,", 100 * gbs(x) / r.ceilings.host_read_gbs,
+                r.ceilings.host_read_gbs) +
+            fmt(" %.0f%% of paged read-only %.1f)", 100 * gbs(x) / r.ceilings.host_paged_read_gbs,
+                r.ceilings.host_paged_read_gbs);
     if (x.c.dense() && !x.c.cpu_portable) {
       const double want = x.c.dtype.bits == 32 ? 60 : 50;
       Target p{"CPU dense decode at the memory floor", fmt(">= %.0f%% of memcpy, same process", want), bw, x.c.name};
@@ -207,7 +212,8 @@ void print_summary(const Report& r, std::FILE* f) {
                  r.ceilings.bulk_read_gbs, r.ceilings.paged8_read_gbs, r.ceilings.paged1_read_gbs, r.ceilings.copy_gbs,
                  r.ceilings.mma_tflops, r.ceilings.mma_sync_tflops);
   if (r.ceilings.host_copy_gbs > 0)
-    std::fprintf(f, "CPU: memcpy %.1f GB/s (read+write, %d threads)\n", r.ceilings.host_copy_gbs, r.ceilings.host_threads);
+    std::fprintf(f, "CPU: memcpy %.1f GB/s (read+write, %d threads); read-only %.1f GB/s sequential, %.1f GB/s 4 KiB slabs of scattered pages\n",
+                 r.ceilings.host_copy_gbs, r.ceilings.host_threads, r.ceilings.host_read_gbs, r.ceilings.host_paged_read_gbs);
   if (r.ceilings.host_sgemm_gflops > 0)
     std::fprintf(f, "CPU: OpenBLAS sgemm %.1f GFLOP/s (3072^3, %d threads)\n", r.ceilings.host_sgemm_gflops,
                  r.ceilings.host_threads);
@@ -263,6 +269,8 @@ nlohmann::json report_json(const Report& r) {
                    {"bf16_gemm_tflops", r.ceilings.mma_tflops},
                    {"mma_sync_bf16_tflops", r.ceilings.mma_sync_tflops},
                    {"host_copy_gbs", r.ceilings.host_copy_gbs},
+                   {"host_read_gbs", r.ceilings.host_read_gbs},
+                   {"host_paged_read_gbs", r.ceilings.host_paged_read_gbs},
                    {"host_threads", r.ceilings.host_threads},
                    {"host_sgemm_gflops", r.ceilings.host_sgemm_gflops}};
   j["cases"] = nlohmann::json::array();
@@ -298,6 +306,10 @@ nlohmann::json report_json(const Report& r) {
       c["tflops"] = tflops(x);
       if (x.c.backend == Backend::kCpu && x.c.prefill() && r.ceilings.host_sgemm_gflops > 0)
         c["fraction_of_sgemm"] = tflops(x) * 1e3 / r.ceilings.host_sgemm_gflops;
+      if (x.c.backend == Backend::kCpu && !x.c.prefill() && r.ceilings.host_read_gbs > 0) {
+        c["fraction_of_host_read"] = gbs(x) / r.ceilings.host_read_gbs;
+        c["fraction_of_host_paged_read"] = gbs(x) / r.ceilings.host_paged_read_gbs;
+      }
       if (double v = vs_dense(r, x); v > 0) c["speedup_vs_dense"] = v;
       if (double v = vs_sdpa(r, x); v > 0) c["speedup_vs_sdpa"] = v;
       if (!x.c.prefill()) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cases.hpp"
@@ -25,6 +26,11 @@ struct Ceilings {
   double mma_tflops = 0;     // cuBLAS bf16 GEMM 8192^3 (f32 accumulation) on random data
   double mma_sync_tflops = 0;  // mma.sync m16n8k16 bf16 in a register-only loop (our kernels' MMA)
   double host_copy_gbs = 0;  // memcpy over the CPU cases' threads, read + written
+  // Read-only over the same threads, bytes read per second: a sequential stream, and 4 KiB slabs
+  // of scattered pages (a K and a V slab per page, the next page's lines prefetched one per line
+  // read, as the decode kernel reads them): the CPU decode cases' ceilings without compute
+  double host_read_gbs = 0;
+  double host_paged_read_gbs = 0;
   int host_threads = 0;
   // OpenBLAS sgemm on the same threads, operands past the LLC: the CPU prefill cases' ceiling
   double host_sgemm_gflops = 0;
@@ -60,6 +66,8 @@ void release_gpu();
 
 // ---- CPU (cpu_cases.cpp) ---------------------------------------------------------------------
 double measure_host_copy_gbs(int threads);
+// {sequential, paged} read-only bytes/s over `threads` threads (Ceilings::host_*read_gbs).
+std::pair<double, double> measure_host_read_gbs(int threads);
 double measure_host_sgemm_gflops(int threads);
 int host_threads();
 void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out);

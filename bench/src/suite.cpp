@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <tuple>
 #include <unistd.h>
 
 #include "report.hpp"
@@ -138,6 +139,8 @@ int run_suite(const SuiteOptions& o) {
   if (any_cpu) {
     report.ceilings.host_threads = host_threads();
     report.ceilings.host_copy_gbs = measure_host_copy_gbs(report.ceilings.host_threads);
+    std::tie(report.ceilings.host_read_gbs, report.ceilings.host_paged_read_gbs) =
+        measure_host_read_gbs(report.ceilings.host_threads);
     if (std::any_of(cases.begin(), cases.end(),
                     [](const Case& c) { return c.backend == Backend::kCpu && c.prefill(); }))
       report.ceilings.host_sgemm_gflops = measure_host_sgemm_gflops(report.ceilings.host_threads);

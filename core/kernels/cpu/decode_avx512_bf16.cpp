@@ -34,7 +34,8 @@ inline int dot_order_dim(int s) {
 // acc[h] of dims [32 j0, 32 (j0 + B)) = alpha_h acc + sum_t p[h][t] v_t, heads [h0, h0 + H).
 template <int H, int B, int D>
 inline void accumulate_blocks(const DecodeRows& r, const int64_t* rows, int n, int h0, int j0,
-                              const uint32_t (*w)[8], const float* alpha) {
+                              const uint32_t (*w)[8], const float* alpha,
+                              const simd::Ahead& next) {
   const uint16_t* v = static_cast<const uint16_t*>(r.v);
   const int d = simd::head_dim<D>(r);
   F a[H][2 * B];
@@ -47,6 +48,7 @@ inline void accumulate_blocks(const DecodeRows& r, const int64_t* rows, int n, i
     // A missing key t + 1 repeats key t with weight 0 (the weights past n are 0).
     const uint16_t* v0 = v + rows[t] + 32 * j0;
     const uint16_t* v1 = v + rows[t + 1 < n ? t + 1 : t] + 32 * j0;
+    simd::prefetch_span<Avx512, KvStorage::kBf16, 2>(r.v, next, t, 32 * j0, 32 * B);
     for (int b = 0; b < B; ++b) {
       const __m512i x0 = _mm512_loadu_si512(v0 + 32 * b), x1 = _mm512_loadu_si512(v1 + 32 * b);
       const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x0, x1);
@@ -69,7 +71,8 @@ struct Bf16Dot {
 
   // Four keys per pass as in score_partials: 4 x 4 chains, 4 q and 4 k vectors of pairs.
   template <int H>
-  static void scores(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile) {
+  static void scores(const DecodeRows& r, const int64_t* rows, int n, int h0, float* tile,
+                     const simd::Ahead& next) {
     constexpr int T = 4;
     const uint16_t* k = static_cast<const uint16_t*>(r.k);
     const int d = simd::head_dim<D>(r), nb = d / 32;
@@ -83,6 +86,7 @@ struct Bf16Dot {
       for (int j = 0; j < nb; ++j) {
         __m512bh x[T], y[H];
         for (int t = 0; t < T; ++t) x[t] = pairs(kt[t] + 32 * j);
+        simd::prefetch_span<Avx512, KvStorage::kBf16, T>(r.k, next, t0, 32 * j, 32);
         for (int h = 0; h < H; ++h) y[h] = pairs(q + int64_t(h) * d + 32 * j);
         for (int h = 0; h < H; ++h)
           for (int t = 0; t < T; ++t) a[h][t] = _mm512_dpbf16_ps(a[h][t], y[h], x[t]);
@@ -96,15 +100,15 @@ struct Bf16Dot {
 
   template <int H>
   static void accumulate(const DecodeRows& r, const int64_t* rows, int n, int h0, const float* p,
-                         const float* alpha) {
+                         const float* alpha, const simd::Ahead& next) {
     alignas(64) uint32_t w[H][8];  // the chunk's weights as bf16 pairs (p_2i, p_2i+1)
     for (int h = 0; h < H; ++h)
       _mm256_store_si256(reinterpret_cast<__m256i*>(w[h]),
                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(p + (h0 + h) * 16)));
     const int nb = simd::head_dim<D>(r) / 32;
     int j = 0;
-    for (; j + 2 <= nb; j += 2) accumulate_blocks<H, 2, D>(r, rows, n, h0, j, w, alpha);
-    if (j < nb) accumulate_blocks<H, 1, D>(r, rows, n, h0, j, w, alpha);
+    for (; j + 2 <= nb; j += 2) accumulate_blocks<H, 2, D>(r, rows, n, h0, j, w, alpha, next);
+    if (j < nb) accumulate_blocks<H, 1, D>(r, rows, n, h0, j, w, alpha, next);
   }
 
   // The accumulators into dot order or back; q is read as stored.
