@@ -1,8 +1,9 @@
-// check_elf_file on copies of a real plugin with one program-header field corrupted, the offset
-// computed from the plugin's own headers. The case: a byte-flipped p_memsz made a loadable segment
-// reach past the next one; glibc sized its reservation from the last segment's end and mapped the
-// long segment's zero-fill over the host's heap (ASan build: SEGV in a later delete). The probe
-// process survives such a copy (it touches no memory after loading), so only this check stops it.
+// check_elf_file on copies of a real plugin with one header field corrupted, the offset computed
+// from the plugin's own headers. The cases are byte-flipped copies that crashed the host (ASan
+// build) after passing the probe process, which touches no host memory after loading and never
+// runs the library's finalisers: a p_memsz making a loadable segment reach past the next one
+// (glibc mapped its zero-fill over the host's heap: SEGV in a later delete), and a DT_FINI_ARRAY
+// pointing into read-only data (glibc called those bytes at the host's exit).
 #include <elf.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -134,6 +135,57 @@ TEST_F(HostileElfSegments, RelroOutsideTheLoadSegmentsIsRefused) {
             "malformed ELF file: PT_GNU_RELRO (p_vaddr " + hex(wide.ph.p_vaddr) + ", p_memsz " +
                 hex(wide.ph.p_memsz) + ") lies outside the loadable segments: the loader would "
                 "write-protect memory outside the library");
+}
+
+// The dynamic entry with `tag` and where it lies in the file.
+struct DynamicEntry {
+  size_t offset;
+  Elf64_Dyn d;
+};
+
+std::vector<DynamicEntry> dynamic_entries(const std::vector<char>& image, Elf64_Sxword tag) {
+  std::vector<DynamicEntry> out;
+  for (const Header& h : program_headers(image, PT_DYNAMIC))
+    for (size_t at = h.ph.p_offset; at + sizeof(Elf64_Dyn) <= h.ph.p_offset + h.ph.p_filesz;
+         at += sizeof(Elf64_Dyn)) {
+      DynamicEntry e{at, {}};
+      std::memcpy(&e.d, image.data() + at, sizeof e.d);
+      if (e.d.d_tag == tag) out.push_back(e);
+    }
+  return out;
+}
+
+TEST_F(HostileElfSegments, AFiniArrayInReadOnlyDataIsRefused) {
+  auto fini = dynamic_entries(image_, DT_FINI_ARRAY);
+  ASSERT_EQ(fini.size(), 1u) << "the dense plugin has a C++ static destructor list";
+  // Into the first loadable segment without write permission (headers, .rodata), as the flip did.
+  const Header* read_only = nullptr;
+  for (const Header& h : loads_)
+    if (!(h.ph.p_flags & PF_W) && !read_only) read_only = &h;
+  ASSERT_NE(read_only, nullptr);
+  fini[0].d.d_un.d_ptr = read_only->ph.p_vaddr;
+  auto bad = image_;
+  std::memcpy(bad.data() + fini[0].offset, &fini[0].d, sizeof fini[0].d);
+  EXPECT_EQ(check_elf_file(write(bad)),
+            "malformed dynamic section: DT_FINI_ARRAY at " + hex(read_only->ph.p_vaddr) +
+                " is not in a writable loadable segment: the loader would call the unrelocated "
+                "bytes it finds there");
+}
+
+TEST_F(HostileElfSegments, AFiniFunctionOutsideCodeIsRefused) {
+  auto fini = dynamic_entries(image_, DT_FINI);
+  if (fini.empty()) GTEST_SKIP() << "this toolchain linked the dense plugin without DT_FINI";
+  const Header* data = nullptr;
+  for (const Header& h : loads_)
+    if (!(h.ph.p_flags & PF_X) && !data) data = &h;
+  ASSERT_NE(data, nullptr);
+  fini[0].d.d_un.d_ptr = data->ph.p_vaddr;
+  auto bad = image_;
+  std::memcpy(bad.data() + fini[0].offset, &fini[0].d, sizeof fini[0].d);
+  EXPECT_EQ(check_elf_file(write(bad)), "malformed dynamic section: DT_FINI at " +
+                                            hex(data->ph.p_vaddr) +
+                                            " is not in an executable loadable segment: the "
+                                            "loader would call it");
 }
 
 }  // namespace

@@ -78,9 +78,11 @@ class ElfFile {
 // The loadable segments: where a virtual address lives in the file and in memory.
 struct Segments {
   std::vector<Elf64_Phdr> load;
-  const Elf64_Phdr* holding(uint64_t vaddr, uint64_t len) const {
+  // The segment holding [vaddr, vaddr + len) whole, with at least the permissions in `flags`.
+  const Elf64_Phdr* holding(uint64_t vaddr, uint64_t len, uint32_t flags = 0) const {
     for (const auto& p : load)
-      if (vaddr >= p.p_vaddr && vaddr - p.p_vaddr <= p.p_memsz && len <= p.p_memsz - (vaddr - p.p_vaddr))
+      if (vaddr >= p.p_vaddr && vaddr - p.p_vaddr <= p.p_memsz &&
+          len <= p.p_memsz - (vaddr - p.p_vaddr) && (p.p_flags & flags) == flags)
         return &p;
     return nullptr;
   }
@@ -231,6 +233,22 @@ std::string check_dynamic(ElfFile& f, const Segments& seg, const Elf64_Phdr& dyn
     if (!has[t.tag]) continue;
     const uint64_t len = t.size_tag >= 0 ? value[t.size_tag] : 1;
     if (auto why = in_load(t.name, value[t.tag], len); !why.empty()) return why;
+  }
+  // What glibc calls, at load and at the host's exit (after any probe): DT_INIT and DT_FINI are
+  // code; the init/fini arrays hold addresses the loader relocates, so a linker puts them in a
+  // writable segment (unless the object has text relocations). A flipped DT_FINI_ARRAY pointing
+  // into read-only data made the host call rodata bytes at exit.
+  const bool textrel = has[DT_TEXTREL] || (has[DT_FLAGS] && (value[DT_FLAGS] & DF_TEXTREL));
+  for (const auto& t : tables) {
+    const bool code = t.tag == DT_INIT || t.tag == DT_FINI;
+    const bool array = t.tag == DT_INIT_ARRAY || t.tag == DT_FINI_ARRAY || t.tag == DT_PREINIT_ARRAY;
+    if (!has[t.tag] || !(code || (array && !textrel))) continue;
+    const uint64_t len = t.size_tag >= 0 ? value[t.size_tag] : 1;
+    if (!seg.holding(value[t.tag], len, code ? PF_X : PF_W))
+      return std::string("malformed dynamic section: ") + t.name + " at " + hex(value[t.tag]) +
+             (code ? " is not in an executable loadable segment: the loader would call it"
+                   : " is not in a writable loadable segment: the loader would call the "
+                     "unrelocated bytes it finds there");
   }
   for (auto [name, addr] : {std::pair{"DT_GNU_HASH", gnu_hash}, {"DT_VERSYM", versym},
                             {"DT_VERNEED", verneed}, {"DT_VERDEF", verdef}})
