@@ -52,6 +52,24 @@ void put(std::vector<char>* image, const Header& h) {
   std::memcpy(image->data() + h.offset, &h.ph, sizeof h.ph);
 }
 
+// The dynamic entry with `tag` and where it lies in the file.
+struct DynamicEntry {
+  size_t offset;
+  Elf64_Dyn d;
+};
+
+std::vector<DynamicEntry> dynamic_entries(const std::vector<char>& image, Elf64_Sxword tag) {
+  std::vector<DynamicEntry> out;
+  for (const Header& h : program_headers(image, PT_DYNAMIC))
+    for (size_t at = h.ph.p_offset; at + sizeof(Elf64_Dyn) <= h.ph.p_offset + h.ph.p_filesz;
+         at += sizeof(Elf64_Dyn)) {
+      DynamicEntry e{at, {}};
+      std::memcpy(&e.d, image.data() + at, sizeof e.d);
+      if (e.d.d_tag == tag) out.push_back(e);
+    }
+  return out;
+}
+
 class HostileElfSegments : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -66,6 +84,19 @@ class HostileElfSegments : public ::testing::Test {
     const std::string path = dir_.str() + "/libsieve_corrupt.so";
     sieve::test::write_bytes(path, image);
     return path;
+  }
+  // The first loadable segment without permission `flag` (PF_W, PF_X).
+  const Header* first_load_without(uint32_t flag) const {
+    for (const Header& h : loads_)
+      if (!(h.ph.p_flags & flag)) return &h;
+    return nullptr;
+  }
+  // A copy with the dynamic entry `e` pointing at `ptr`, written out; its path.
+  std::string with_pointer(DynamicEntry e, uint64_t ptr) {
+    e.d.d_un.d_ptr = ptr;
+    auto bad = image_;
+    std::memcpy(bad.data() + e.offset, &e.d, sizeof e.d);
+    return write(bad);
   }
   // The address one past the last loadable segment's memory.
   uint64_t image_end() const { return loads_.back().ph.p_vaddr + loads_.back().ph.p_memsz; }
@@ -137,36 +168,13 @@ TEST_F(HostileElfSegments, RelroOutsideTheLoadSegmentsIsRefused) {
                 "write-protect memory outside the library");
 }
 
-// The dynamic entry with `tag` and where it lies in the file.
-struct DynamicEntry {
-  size_t offset;
-  Elf64_Dyn d;
-};
-
-std::vector<DynamicEntry> dynamic_entries(const std::vector<char>& image, Elf64_Sxword tag) {
-  std::vector<DynamicEntry> out;
-  for (const Header& h : program_headers(image, PT_DYNAMIC))
-    for (size_t at = h.ph.p_offset; at + sizeof(Elf64_Dyn) <= h.ph.p_offset + h.ph.p_filesz;
-         at += sizeof(Elf64_Dyn)) {
-      DynamicEntry e{at, {}};
-      std::memcpy(&e.d, image.data() + at, sizeof e.d);
-      if (e.d.d_tag == tag) out.push_back(e);
-    }
-  return out;
-}
-
 TEST_F(HostileElfSegments, AFiniArrayInReadOnlyDataIsRefused) {
   auto fini = dynamic_entries(image_, DT_FINI_ARRAY);
   ASSERT_EQ(fini.size(), 1u) << "the dense plugin has a C++ static destructor list";
   // Into the first loadable segment without write permission (headers, .rodata), as the flip did.
-  const Header* read_only = nullptr;
-  for (const Header& h : loads_)
-    if (!(h.ph.p_flags & PF_W) && !read_only) read_only = &h;
+  const Header* read_only = first_load_without(PF_W);
   ASSERT_NE(read_only, nullptr);
-  fini[0].d.d_un.d_ptr = read_only->ph.p_vaddr;
-  auto bad = image_;
-  std::memcpy(bad.data() + fini[0].offset, &fini[0].d, sizeof fini[0].d);
-  EXPECT_EQ(check_elf_file(write(bad)),
+  EXPECT_EQ(check_elf_file(with_pointer(fini[0], read_only->ph.p_vaddr)),
             "malformed dynamic section: DT_FINI_ARRAY at " + hex(read_only->ph.p_vaddr) +
                 " is not in a writable loadable segment: the loader would call the unrelocated "
                 "bytes it finds there");
@@ -175,17 +183,11 @@ TEST_F(HostileElfSegments, AFiniArrayInReadOnlyDataIsRefused) {
 TEST_F(HostileElfSegments, AFiniFunctionOutsideCodeIsRefused) {
   auto fini = dynamic_entries(image_, DT_FINI);
   if (fini.empty()) GTEST_SKIP() << "this toolchain linked the dense plugin without DT_FINI";
-  const Header* data = nullptr;
-  for (const Header& h : loads_)
-    if (!(h.ph.p_flags & PF_X) && !data) data = &h;
+  const Header* data = first_load_without(PF_X);
   ASSERT_NE(data, nullptr);
-  fini[0].d.d_un.d_ptr = data->ph.p_vaddr;
-  auto bad = image_;
-  std::memcpy(bad.data() + fini[0].offset, &fini[0].d, sizeof fini[0].d);
-  EXPECT_EQ(check_elf_file(write(bad)), "malformed dynamic section: DT_FINI at " +
-                                            hex(data->ph.p_vaddr) +
-                                            " is not in an executable loadable segment: the "
-                                            "loader would call it");
+  EXPECT_EQ(check_elf_file(with_pointer(fini[0], data->ph.p_vaddr)),
+            "malformed dynamic section: DT_FINI at " + hex(data->ph.p_vaddr) +
+                " is not in an executable loadable segment: the loader would call it");
 }
 
 }  // namespace
