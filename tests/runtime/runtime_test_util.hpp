@@ -5,9 +5,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <sieve/abi.h>
 
@@ -37,6 +40,15 @@ inline std::string fixture(const std::string& name) {
 }
 inline std::string fixture_variant(const std::string& name) {
   return std::string(SIEVE_FIXTURE_DIR) + "/variants/libsieve_" + name + ".so";
+}
+
+// A file's bytes, and a file written from bytes (corrupted copies of real plugins).
+inline std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+inline void write_bytes(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
 }
 
 // A fresh directory under the system temp dir, removed with its contents at scope exit.

@@ -9,10 +9,9 @@
 #include <sieve/runtime/probe.hpp>
 #include <sieve/runtime/registry.hpp>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <vector>
 
@@ -34,15 +33,13 @@ std::string real_plugin(const std::string& name) {
   return std::string(SIEVE_PLUGIN_DIR) + "/libsieve_" + name + ".so";
 }
 
-std::vector<char> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // A copy of `image` with 4 bytes XOR-ed with random non-zero values, all in one region picked by
 // the seed: the ELF and program headers, the dynamic section, or the section headers (what
 // glibc's loader follows before any plugin code runs). Deterministic per seed.
-std::vector<char> flip_bytes(std::vector<char> image, unsigned seed) {
+// `flipped`, when given, receives the offsets changed (a copy that takes the host down is named by
+// them).
+std::vector<char> flip_bytes(std::vector<char> image, unsigned seed,
+                             std::vector<uint64_t>* flipped = nullptr) {
   Elf64_Ehdr eh;
   std::memcpy(&eh, image.data(), sizeof eh);
   uint64_t begin = 0, end = eh.e_phoff + uint64_t(eh.e_phnum) * sizeof(Elf64_Phdr);
@@ -59,7 +56,14 @@ std::vector<char> flip_bytes(std::vector<char> image, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<uint64_t> at(begin, end - 1);
   std::uniform_int_distribution<int> value(1, 255);
-  for (int i = 0; i < 4; ++i) image[at(rng)] ^= char(value(rng));
+  for (int i = 0; i < 4; ++i) {
+    // The value is drawn before the offset, as `image[at(rng)] ^= value(rng)` did (C++17
+    // evaluates the right side of ^= first): each seed still makes the same copy.
+    const char x = char(value(rng));
+    const uint64_t where = at(rng);
+    image[where] ^= x;
+    if (flipped) flipped->push_back(where);
+  }
   return image;
 }
 
@@ -99,23 +103,21 @@ TEST(HostileDiscovery, ProbeAnswersAreCachedUntilTheFileChanges) {
 }
 
 TEST(HostileDiscovery, ByteFlippedCopiesOfARealPluginNeverTakeTheHostDown) {
-#if defined(__SANITIZE_ADDRESS__)
-  // KNOWN BUG, not fixed (2026-11-27): in the AddressSanitizer build one of these copies of the
-  // current dense plugin passes the ELF checks and the probe, and the host later crashes deleting
-  // a pointer (ASan: SEGV in Deallocate from this test body). The probe cannot see what the copy
-  // does in the host's address space (suspects: a relocation or fini entry written past the
-  // library). Skipped here so the rest of the sanitizer suite runs; the normal build runs it.
-  GTEST_SKIP() << "known host crash on a byte-flipped plugin under ASan (see the comment; not fixed)";
-#endif
-  const std::vector<char> image = read_file(real_plugin("dense"));
+  const std::vector<char> image = sieve::test::read_bytes(real_plugin("dense"));
   ASSERT_GT(image.size(), sizeof(Elf64_Ehdr));
   unsigned refused = 0;
   for (unsigned seed = 0; seed < kSeeds; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::vector<uint64_t> flipped;
+    const auto bad = flip_bytes(image, seed, &flipped);
+    std::string copy = "seed " + std::to_string(seed) + ", bytes flipped at";
+    for (uint64_t at : flipped) copy.append(" ").append(std::to_string(at));
+    SCOPED_TRACE(copy);
+    // Printed before loading too: a copy that crashes the host leaves no assertion message.
+    std::printf("[ copy     ] %s\n", copy.c_str());
+    std::fflush(stdout);
     sieve::test::ScratchDir dir;
     const std::string path = dir.str() + "/libsieve_flipped.so";
-    const auto bad = flip_bytes(image, seed);
-    std::ofstream(path, std::ios::binary).write(bad.data(), std::streamsize(bad.size()));
+    sieve::test::write_bytes(path, bad);
     Registry r;
     ASSERT_TRUE(r.add_directory(dir.str()));
     if (r.failures().empty()) continue;  // the flips hit bytes the loader does not use
@@ -132,11 +134,10 @@ class HostileCli : public ::testing::Test {
   void SetUp() override {
     if (!fs::exists(std::string(SIEVE_BIN_DIR) + "/sieve"))
       GTEST_SKIP() << "the sieve executable was not built";
-    const auto image = read_file(real_plugin("dense"));
+    const auto image = sieve::test::read_bytes(real_plugin("dense"));
     for (unsigned seed : {1u, 4u, 7u}) {  // the dynamic section
       const auto bad = flip_bytes(image, seed);
-      std::ofstream(dir_.str() + "/libsieve_flipped" + std::to_string(seed) + ".so", std::ios::binary)
-          .write(bad.data(), std::streamsize(bad.size()));
+      sieve::test::write_bytes(dir_.str() + "/libsieve_flipped" + std::to_string(seed) + ".so", bad);
     }
     dir_.add(hostile("crash_on_load"), "libsieve_crash_on_load.so");
     dir_.add(hostile("many_params"), "libsieve_many_params.so");

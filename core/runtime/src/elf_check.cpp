@@ -78,9 +78,11 @@ class ElfFile {
 // The loadable segments: where a virtual address lives in the file and in memory.
 struct Segments {
   std::vector<Elf64_Phdr> load;
-  const Elf64_Phdr* holding(uint64_t vaddr, uint64_t len) const {
+  // The segment holding [vaddr, vaddr + len) whole, with at least the permissions in `flags`.
+  const Elf64_Phdr* holding(uint64_t vaddr, uint64_t len, uint32_t flags = 0) const {
     for (const auto& p : load)
-      if (vaddr >= p.p_vaddr && vaddr - p.p_vaddr <= p.p_memsz && len <= p.p_memsz - (vaddr - p.p_vaddr))
+      if (vaddr >= p.p_vaddr && vaddr - p.p_vaddr <= p.p_memsz &&
+          len <= p.p_memsz - (vaddr - p.p_vaddr) && (p.p_flags & flags) == flags)
         return &p;
     return nullptr;
   }
@@ -112,10 +114,13 @@ std::string check_headers(ElfFile& f, const Elf64_Ehdr& eh, Segments* seg, Elf64
     claimed_end = std::max(claimed_end, eh.e_shoff + uint64_t(eh.e_shnum) * sizeof(Elf64_Shdr));
   }
   bool have_dynamic = false;
+  unsigned last_load = 0;  // the program header index of seg->load.back()
+  std::vector<Elf64_Phdr> relro;
   for (unsigned i = 0; i < eh.e_phnum; ++i) {
     Elf64_Phdr ph{};
     if (!f.read(eh.e_phoff + uint64_t(i) * sizeof ph, &ph, sizeof ph))
       return "truncated ELF file: unreadable program header";
+    if (ph.p_type == PT_GNU_RELRO) relro.push_back(ph);
     if (ph.p_type != PT_LOAD && ph.p_type != PT_DYNAMIC) continue;
     if (f.past_end(ph.p_offset, ph.p_filesz))
       return "truncated ELF file: segment " + num(i) + " ends at byte " +
@@ -125,7 +130,21 @@ std::string check_headers(ElfFile& f, const Elf64_Ehdr& eh, Segments* seg, Elf64
       if (ph.p_filesz > ph.p_memsz || (ph.p_align & (ph.p_align - 1)) ||
           ph.p_vaddr + ph.p_memsz < ph.p_vaddr)
         return "malformed ELF file: loadable segment " + num(i) + " has inconsistent sizes";
+      // glibc reserves the object's address range from the first loadable segment's start to the
+      // LAST one's end (the gABI lists them ascending and disjoint) and then maps each segment,
+      // zero-fill included, at a fixed address: a segment reaching past the next one's start
+      // (a byte-flipped p_memsz) or listed out of order is mapped over whatever the host has
+      // beyond the reservation — its heap, seen under ASan — and the host dies later, not dlopen.
+      if (!seg->load.empty()) {
+        const Elf64_Phdr& prev = seg->load.back();
+        if (ph.p_vaddr < prev.p_vaddr + prev.p_memsz)
+          return "malformed ELF file: loadable segment " + num(last_load) + " (p_vaddr " +
+                 hex(prev.p_vaddr) + ", p_memsz " + hex(prev.p_memsz) + ") reaches past the start "
+                 "of the next loadable segment " + num(i) + " (p_vaddr " + hex(ph.p_vaddr) +
+                 "): the loader would map it over memory outside the library";
+      }
       seg->load.push_back(ph);
+      last_load = i;
     } else {
       if (have_dynamic) return "malformed ELF file: two dynamic segments";
       have_dynamic = true;
@@ -134,6 +153,12 @@ std::string check_headers(ElfFile& f, const Elf64_Ehdr& eh, Segments* seg, Elf64
   }
   if (seg->load.empty()) return "malformed ELF file: no loadable segment";
   if (!have_dynamic) return "not a dynamically loadable object (no dynamic segment)";
+  // glibc write-protects the RELRO range after relocating, wherever it points.
+  for (const auto& r : relro)
+    if (!seg->holding(r.p_vaddr, r.p_memsz))
+      return "malformed ELF file: PT_GNU_RELRO (p_vaddr " + hex(r.p_vaddr) + ", p_memsz " +
+             hex(r.p_memsz) + ") lies outside the loadable segments: the loader would "
+             "write-protect memory outside the library";
   for (unsigned i = 0; i < eh.e_shnum; ++i) {
     Elf64_Shdr sh{};
     if (!f.read(eh.e_shoff + uint64_t(i) * sizeof sh, &sh, sizeof sh))
@@ -208,6 +233,22 @@ std::string check_dynamic(ElfFile& f, const Segments& seg, const Elf64_Phdr& dyn
     if (!has[t.tag]) continue;
     const uint64_t len = t.size_tag >= 0 ? value[t.size_tag] : 1;
     if (auto why = in_load(t.name, value[t.tag], len); !why.empty()) return why;
+  }
+  // What glibc calls, at load and at the host's exit (after any probe): DT_INIT and DT_FINI are
+  // code; the init/fini arrays hold addresses the loader relocates, so a linker puts them in a
+  // writable segment (unless the object has text relocations). A flipped DT_FINI_ARRAY pointing
+  // into read-only data made the host call rodata bytes at exit.
+  const bool textrel = has[DT_TEXTREL] || (has[DT_FLAGS] && (value[DT_FLAGS] & DF_TEXTREL));
+  for (const auto& t : tables) {
+    const bool code = t.tag == DT_INIT || t.tag == DT_FINI;
+    const bool array = t.tag == DT_INIT_ARRAY || t.tag == DT_FINI_ARRAY || t.tag == DT_PREINIT_ARRAY;
+    if (!has[t.tag] || !(code || (array && !textrel))) continue;
+    const uint64_t len = t.size_tag >= 0 ? value[t.size_tag] : 1;
+    if (!seg.holding(value[t.tag], len, code ? PF_X : PF_W))
+      return std::string("malformed dynamic section: ") + t.name + " at " + hex(value[t.tag]) +
+             (code ? " is not in an executable loadable segment: the loader would call it"
+                   : " is not in a writable loadable segment: the loader would call the "
+                     "unrelocated bytes it finds there");
   }
   for (auto [name, addr] : {std::pair{"DT_GNU_HASH", gnu_hash}, {"DT_VERSYM", versym},
                             {"DT_VERNEED", verneed}, {"DT_VERDEF", verdef}})

@@ -57,7 +57,9 @@ struct LoadedPlugin {
 
 // Pre-flight check of a file before dlopen (elf_check.cpp): exists, is a regular file, is an ELF
 // shared object for this machine's class, byte order and architecture; its program and section
-// header tables, segments and sections lie within the file and account for all of it; its dynamic
+// header tables, segments and sections lie within the file and account for all of it; its
+// loadable segments are listed ascending and disjoint in memory and PT_GNU_RELRO lies inside them
+// (glibc maps and write-protects by them at fixed addresses, over the host's memory); its dynamic
 // section is terminated, every table address it names (strings, symbols, hashes, relocations,
 // init/fini arrays) lies in a loadable segment, string offsets lie in the string table, and every
 // relocation writes inside the object. glibc's dlopen trusts all of this and can die of SIGSEGV
