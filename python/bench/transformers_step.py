@@ -7,6 +7,7 @@ prefill chain (streaming, window 64: the K/V appended are all of them, the decod
 is timed).
 
     transformers_step.py --ctx 8192,32768 --batch 1,8 --json out.json --markdown out.md
+    step_table.py out.json > table.md             the table again from the JSON
 
 Step = model(next_token, past_key_values=cache) from launch to torch.cuda.synchronize(), median
 of --steps after --warmup. Attention = the sum over layers of CUDA-event intervals around the
@@ -24,6 +25,7 @@ from transformers import AttentionInterface
 
 import sieve.transformers as st
 from sieve.transformers import _attention
+from step_table import table
 
 PREFILL_FILL = "prefill:*=streaming(sink=4,window=64)"
 METHODS = {"sdpa": None, "sieve dense": PREFILL_FILL + "; decode:*=dense",
@@ -138,16 +140,7 @@ def main():
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     if a.markdown:
         with open(a.markdown, "w") as f:
-            f.write("| context | batch | attention | step ms | x sdpa step | attention ms | attention share |\n")
-            f.write("|---|---|---|---|---|---|---|\n")
-            base = {}
-            for r in rows:
-                key = (r["ctx"], r["batch"])
-                base.setdefault(key, r["step_ms"])
-                f.write("| %d | %d | %s | %.3f | %.2fx | %.3f | %.0f%% |\n"
-                        % (r["ctx"], r["batch"], r["method"], r["step_ms"], r["step_ms"] / base[key],
-                           r["attention_ms"], 100 * r["attention_share"]))
-
+            f.write(table(rows))
 
 if __name__ == "__main__":
     main()

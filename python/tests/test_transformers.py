@@ -80,11 +80,13 @@ def worst_relative(got, ref):
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_dense_chain_logits_equal_sdpa(family, size, dtype):
     """The dense chain against transformers' sdpa on the same weights and tokens (prefill of 100,
-    64 teacher-forced decode steps). f32: within the issue's 1e-4 of the largest logit. bf16: the
-    issue's 2e-2 holds for the tiny models; over 16 / 28 layers of random weights two bf16
-    attentions drift apart further (measured on an H200: 3.4e-2 Llama 1B, 4.2e-2 Qwen2 1.5B), so
-    there both bf16 runs are measured against the same model in f32, and Sieve's bf16 must be no
-    further from it than twice sdpa's own bf16 distance."""
+    64 teacher-forced decode steps), as the largest |difference| of a step relative to that
+    step's largest |sdpa| logit. f32: within the issue's 1e-4. bf16: within the issue's 2e-2, or,
+    where transformers' own two bf16 attentions (eager and sdpa) already differ by more on this
+    model (the floor of bf16 here: over 16 / 28 random-weight layers the rounding of one attention
+    moves the next layer's input and the cache; measured on an H200, Sieve 3.4e-2 on the Llama 1B
+    and 4.2e-2 on the Qwen2 1.5B geometry), no further from sdpa than eager is. The distances of
+    each bf16 run from the same model in f32 are printed too."""
     model = build(family, size)
     ids = prompt(100, vocab=model.config.vocab_size)
     ref32, fed = logits_over_steps(model, ids)
@@ -92,6 +94,9 @@ def test_dense_chain_logits_equal_sdpa(family, size, dtype):
     if dtype != torch.float32:
         model = model.to(dtype)
         ref, _ = logits_over_steps(model, ids, tokens=fed)
+        model.set_attn_implementation("eager")
+        eager, _ = logits_over_steps(model, ids, tokens=fed)
+        model.set_attn_implementation("sdpa")
     st.use(model)
     got, _ = logits_over_steps(model, ids, tokens=fed, cache=model.sieve.cache(100 + 64))
     worst = worst_relative(got, ref)
@@ -99,11 +104,12 @@ def test_dense_chain_logits_equal_sdpa(family, size, dtype):
     if dtype == torch.float32:
         assert worst <= 1e-4
         return
-    sieve_to_f32, sdpa_to_f32 = worst_relative(got, ref32), worst_relative(ref, ref32)
-    print("%s %s bf16 vs f32: sieve %.3e, sdpa %.3e" % (family, size, sieve_to_f32, sdpa_to_f32))
-    if size == "tiny":
-        assert worst <= 2e-2
-    assert sieve_to_f32 <= 2 * sdpa_to_f32
+    eager_to_sdpa = worst_relative(eager, ref)
+    print("%s %s bf16: eager vs sdpa %.3e (transformers' own two attentions), sieve vs sdpa %.3e"
+          % (family, size, eager_to_sdpa, worst))
+    print("%s %s bf16 vs f32: sieve %.3e, sdpa %.3e, eager %.3e" % (
+        family, size, worst_relative(got, ref32), worst_relative(ref, ref32), worst_relative(eager, ref32)))
+    assert worst <= max(2e-2, eager_to_sdpa)
 
 
 @pytest.mark.parametrize("family,size", [("llama", "tiny"), ("qwen2", "tiny"), pytest.param("llama", "1b", marks=gpu)])
