@@ -4,9 +4,11 @@
 sieve_session_create at the first delta chain). Each case runs in its own child process and prints
 a flushed marker before every stage, so the last marker names the stage that died:
 
-  dense         Runtime(), a CUDA dense session on torch's stream, attend, destroy session and
-                runtime before exit (what binding_cost.py does)
-  delta         the same with decode:*=delta(...) (the plugin that used to link libsieve_cli)
+  dense         Runtime(), a CUDA dense session on torch's stream, the runtime destroyed right after
+                the session is made (binding_cost.py's Runtime is a temporary), attend, destroy
+                the session before exit (binding_cost.py's main returns)
+  dense-ordered the same, the runtime destroyed after the session
+  delta         dense-ordered with decode:*=delta(...) (the plugin that used to link libsieve_cli)
   delta+tools   delta with the delta tool module (libsieve_cli, libsieve_runtime) dlopened into
                 the process first: the old plugin's dependencies, back in a torch process
   no-deepbind   dense, with the runtime loaded without RTLD_DEEPBIND
@@ -18,7 +20,7 @@ import os
 import subprocess
 import sys
 
-CASES = ["dense", "delta", "delta+tools", "no-deepbind"]
+CASES = ["dense", "dense-ordered", "delta", "delta+tools", "no-deepbind"]
 
 
 def mark(text):
@@ -42,6 +44,9 @@ def child(case, build):
     mark("Session(chain=%s)" % chain)
     s = sieve.Session(rt, n_layers=4, n_q_heads=32, n_kv_heads=8, head_dim=64, max_seq_len=512, kv_dtype=torch.bfloat16,
                       device="cuda", chain=chain, cuda_stream=torch.cuda.current_stream())
+    if case in ("dense", "no-deepbind"):
+        mark("runtime destroy (session alive)")
+        rt.close()
     seq = s.add_sequence()
     x = lambda rows, h: torch.randn(rows, h, 64, dtype=torch.bfloat16, device="cuda")  # noqa: E731
     for phase, rows in (("prefill", 200), ("decode", 1), ("decode", 1)):
@@ -54,8 +59,9 @@ def child(case, build):
     torch.cuda.synchronize()
     mark("session destroy")
     s.close()
-    mark("runtime destroy")
-    rt.close()
+    if rt._h:
+        mark("runtime destroy")
+        rt.close()
     mark("interpreter exit")
 
 
@@ -65,10 +71,15 @@ def main():
         return 0
     build = os.path.abspath(sys.argv[1])
     for case in CASES:
-        p = subprocess.run([sys.executable, "-X", "faulthandler", __file__, build, case], capture_output=True,
-                           text=True, timeout=60)
+        try:
+            p = subprocess.run([sys.executable, "-X", "faulthandler", __file__, build, case], capture_output=True,
+                               text=True, timeout=30)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            print("%-13s timed out after 30 s, last stage: %s" % (case, out.strip().splitlines()[-1:] or "-"))
+            continue
         stages = [line for line in p.stdout.splitlines() if "stage:" in line]
-        print("%-12s rc=%d, last stage: %s" % (case, p.returncode, stages[-1].split("stage:")[1] if stages else "-"))
+        print("%-13s rc=%d, last stage: %s" % (case, p.returncode, stages[-1].split("stage:")[1] if stages else "-"))
         for line in (p.stderr.strip().splitlines() or [])[-6:]:
             print("    " + line)
     return 0
