@@ -34,7 +34,9 @@ start=$(date +%s)  # the 240 s are counted from here (the build is the lead's or
 left() { echo $(( 240 - ($(date +%s) - start) )); }
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u; git log --oneline -1
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
-  command -v gdb || echo "no gdb"; } >> "$S" 2>&1
+  command -v gdb || echo "no gdb"; echo "LD_PRELOAD=${LD_PRELOAD:-}"
+  # an allocator other than glibc's in a torch process (RTLD_DEEPBIND would bypass it)
+  python3 -c 'import torch; print("".join(l for l in open("/proc/self/maps") if "malloc" in l)[:400])'; } >> "$S" 2>&1
 export PYTHONPATH="$B/python" SIEVE_TEST_PLUGIN_DIR="$B/lib/sieve/plugins" SIEVE_TEST_BIN_DIR="$B/bin" PYTHONUNBUFFERED=1
 status=0
 L="$OUT/log.txt"
