@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 
-CASES = ["dense", "dense-ordered", "delta", "delta+tools", "no-deepbind"]
+CASES = ["dense", "delta+tools", "delta", "no-deepbind", "dense-ordered"]  # most telling first
 
 
 def mark(text):

@@ -8,8 +8,11 @@
 #   teardown  gpu/h-py-teardown.py: which stage of a torch + Sieve process dies, per case
 #   speed     python/bench/transformers_step.py: the decode-step table (1B geometry, bf16, 8K/32K,
 #             batch 1/8, sdpa vs Sieve dense vs quest(token_budget=2048))
-#   bash gpu/h-py.sh [all|tests|speed]      (default all; the whole run stops itself at 240 s, so
-#                                            `all` leaves the speed table what the tests left)
+#   bash gpu/h-py.sh [all|tests|speed]      (default all; the whole run stops itself after
+#                                            $H_PY_SECONDS, default 100 s; `all` leaves the speed
+#                                            table what the tests left)
+# `tests` runs the pytest cases the GPU machine failed or never passed first (the delta chain that
+# segfaulted, the bf16 dense logits), the rest of pytest only when H_PY_SECONDS >= 200.
 # Build: $SIEVE_BUILD when set (used as is), else bench/device_all.sh --fresh --no-tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +33,9 @@ if [ -z "$B" ]; then
   B=build-device-all
 fi
 B=$(cd "$B" && pwd)
-start=$(date +%s)  # the 240 s are counted from here (the build is the lead's or device_all's)
-left() { echo $(( 240 - ($(date +%s) - start) )); }
+budget=${H_PY_SECONDS:-100}
+start=$(date +%s)  # the budget is counted from here (the build is the lead's or device_all's)
+left() { echo $(( budget - ($(date +%s) - start) )); }
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u; git log --oneline -1
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
   command -v gdb || echo "no gdb"; echo "LD_PRELOAD=${LD_PRELOAD:-}"
@@ -49,29 +53,30 @@ if [ "$part" != speed ]; then
 
   # pytest-xdist (on the GPU image): a crash fails one test in a worker, the rest still run.
   xdist=""; python3 -c "import xdist" 2> /dev/null && xdist="-n 1"
-  t=$(( $(left) - 110 )); [ $t -gt 130 ] && t=130
+  select=(-k "chain_equals_a_session or dense_chain_logits"); [ $budget -ge 200 ] && select=()
+  t=$(( $(left) - 40 )); [ $t -gt 130 ] && t=130
   (cd "$B/python" && timeout $t python3 -X faulthandler -m pytest -v -rs -rP $xdist -p no:cacheprovider \
-      "$OLDPWD/python/tests") > "$OUT/pytest.txt" 2>&1
-  rc=$?; step "pytest (timeout $t s)" $rc; [ $rc = 0 ] || status=1
+      "${select[@]}" "$OLDPWD/python/tests") > "$OUT/pytest.txt" 2>&1
+  rc=$?; step "pytest ${select[*]} (timeout $t s)" $rc; [ $rc = 0 ] || status=1
   grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|worst relative|bf16|^SKIPPED|Fatal|Segmentation" "$OUT/pytest.txt" \
     | tail -40 | tee -a "$S"
-  timeout 40 python3 -X faulthandler python/bench/binding_cost.py --device cuda --calls 3000 \
+  timeout 20 python3 -X faulthandler python/bench/binding_cost.py --device cuda --calls 1500 \
     --json "$OUT/binding_cost.json" > "$OUT/binding.txt" 2>&1
   rc=$?; step "binding cost (limit 50 us)" $rc; [ $rc = 0 ] || status=1
   grep -E "binding|median|attend|bare|Error|error|free|Fatal" "$OUT/binding.txt" | head -12 | tee -a "$S"
   if [ $rc -gt 128 ] && [ $rc != 137 ] && command -v gdb > /dev/null; then  # died on a signal: where
-    timeout 40 gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" --args python3 python/bench/binding_cost.py \
+    timeout 20 gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" --args python3 python/bench/binding_cost.py \
       --device cuda --calls 300 > "$OUT/binding_gdb.txt" 2>&1
     grep -A25 "^Thread\|signal SIG" "$OUT/binding_gdb.txt" | head -40 >> "$S"
   fi
 
   awk '/<!-- five-lines -->/{f=1; next} f && /^```python/{g=1; next} g && /^```/{exit} g' docs/engines/transformers.md \
     > "$OUT/five_lines.py"
-  (cd /tmp && timeout 40 python3 -X faulthandler "$OUT/five_lines.py") >> "$L" 2>&1; rc=$?
+  (cd /tmp && timeout 20 python3 -X faulthandler "$OUT/five_lines.py") >> "$L" 2>&1; rc=$?
   step "five-line doc script" $rc; [ $rc = 0 ] || status=1
 
   t=$(( $(left) - 5 ))
-  if [ $t -gt 15 ]; then
+  if [ $t -gt 8 ]; then
     timeout $t python3 gpu/h-py-teardown.py "$B" > "$OUT/teardown.txt" 2>&1; rc=$?; step "teardown (timeout $t s)" $rc
     cat "$OUT/teardown.txt" >> "$S"
   fi
