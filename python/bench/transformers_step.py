@@ -117,6 +117,10 @@ def main():
     AttentionInterface.register("sdpa_timed", timer.wrap(sdpa_attention_forward))
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     AttentionMaskInterface.register("sdpa_timed", sdpa_mask)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "model": "random-weight LlamaForCausalLM, Llama 3.2 1B geometry (16 layers, 32q/8kv heads, d64), bf16",
+            "steps": a.steps, "warmup": a.warmup}
     rows = []
     for ctx in [int(x) for x in a.ctx.split(",")]:
         for batch in [int(x) for x in a.batch.split(",")]:
@@ -131,16 +135,13 @@ def main():
                 rows.append(r)
                 print("ctx %6d batch %d %-32s step %.3f ms, attention %.3f ms (%.0f%%)"
                       % (ctx, batch, method, r["step_ms"], r["attention_ms"], 100 * r["attention_share"]), flush=True)
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "model": "random-weight LlamaForCausalLM, Llama 3.2 1B geometry (16 layers, 32q/8kv heads, d64), bf16",
-            "steps": a.steps, "warmup": a.warmup}
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+                if a.json:  # after every row: a run stopped by a time limit keeps what it measured
+                    with open(a.json, "w") as f:
+                        json.dump({"meta": meta, "rows": rows}, f, indent=1)
     if a.markdown:
         with open(a.markdown, "w") as f:
             f.write(table(rows))
+
 
 if __name__ == "__main__":
     main()
