@@ -8,6 +8,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (the GPU machine has it)")
 
+import gc  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 import sieve  # noqa: E402
@@ -271,11 +273,19 @@ def test_raas_keeps_memory_flat_while_decoding():
         out = model(ids, past_key_values=cache, use_cache=True)
         cache = out.past_key_values
         mem, kv = [], []
-        for _ in range(steps):
-            out = model(out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
-            torch.cuda.synchronize()
-            mem.append(torch.cuda.memory_allocated())
-            kv.append(getattr(cache, "kv_bytes", 0))
+        # Earlier tests' tensors collected mid-loop would move memory_allocated() by far more than
+        # a step's K/V (on the GPU machine it fell by 92 MB during the sdpa run): collect first and
+        # keep the collector off while measuring.
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(steps):
+                out = model(out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
+                torch.cuda.synchronize()
+                mem.append(torch.cuda.memory_allocated())
+                kv.append(getattr(cache, "kv_bytes", 0))
+        finally:
+            gc.enable()
         return mem, kv
 
     sdpa_mem, _ = decode(None)
