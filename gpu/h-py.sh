@@ -83,6 +83,12 @@ if [ "$part" != speed ]; then
 
 fi
 
+if [ "$part" = speed ]; then  # the binding's cost too (in `tests` it runs above)
+  timeout 20 python3 -X faulthandler python/bench/binding_cost.py --device cuda --calls 3000 \
+    --json "$OUT/binding_cost.json" > "$OUT/binding.txt" 2>&1
+  rc=$?; step "binding cost (limit 50 us)" $rc; [ $rc = 0 ] || status=1
+  grep -E "binding|median|attend|bare|Error|error|free|Fatal" "$OUT/binding.txt" | head -12 | tee -a "$S"
+fi
 if [ "$part" != tests ] && [ $(( $(left) - 3 )) -gt 30 ]; then
   t=$(( $(left) - 3 ))
   timeout $t python3 python/bench/transformers_step.py --ctx 8192,32768 --batch 1,8 --steps 5 --warmup 2 \
