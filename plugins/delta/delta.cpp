@@ -35,9 +35,6 @@
 #include <vector>
 
 #include "delta_page_plan.hpp"
-#ifdef SIEVE_PLUGIN_TOOLS
-#include "tools/tools.hpp"
-#endif
 #if SIEVE_WITH_CUDA
 #include "cuda/delta_select.hpp"
 #endif
@@ -176,7 +173,7 @@ class DeltaPolicy final : public sp::PolicyBase {
       .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 #ifdef SIEVE_PLUGIN_TOOLS
-  static constexpr sieve_tool kTools[] = {sp::tool<sd::calibrate_main>(
+  static constexpr sieve_tool kTools[] = {sp::module_tool<SIEVE_TOOL_MODULE, "sieve_delta_calibrate">(
       "calibrate", "per-layer attention shift between decode steps of a model; suggests the Δ-layers")};
 #endif
 

@@ -41,9 +41,6 @@
 #include <vector>
 
 #include "correction_rows.hpp"
-#ifdef SIEVE_PLUGIN_TOOLS
-#include "tools/tools.hpp"
-#endif
 #if SIEVE_WITH_CUDA
 #include "cuda/delta_apply.hpp"
 #endif
@@ -111,7 +108,7 @@ class DeltaCorrectionPolicy final : public sp::PolicyBase {
       .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 #ifdef SIEVE_PLUGIN_TOOLS
-  static constexpr sieve_tool kTools[] = {sp::tool<sieve::delta_correction::diag_main>(
+  static constexpr sieve_tool kTools[] = {sp::module_tool<SIEVE_TOOL_MODULE, "sieve_delta_correction_diag">(
       "diag", "output cosine and attention-row Spearman of sparse / recompute / Δ prefill vs dense, per layer")};
 #endif
 

@@ -50,9 +50,6 @@
 #include "cpu/select_cpu.hpp"
 #include "deltax_attention.hpp"
 #include "math/dpxa_math.hpp"
-#ifdef SIEVE_PLUGIN_TOOLS
-#include "tools/tools.hpp"
-#endif
 #if SIEVE_WITH_CUDA
 #include "cuda/select_driver.hpp"
 #endif
@@ -122,7 +119,7 @@ class DpxaPolicy final : public sp::PolicyBase {
       .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 #ifdef SIEVE_PLUGIN_TOOLS
-  static constexpr sieve_tool kTools[] = {sp::tool<sd::calibrate_main>(
+  static constexpr sieve_tool kTools[] = {sp::module_tool<SIEVE_TOOL_MODULE, "sieve_dpxa_calibrate">(
       "calibrate", "per-(layer, head) tau so the kept tiles cover a target share of the exact mass")};
 #endif
 

@@ -52,9 +52,6 @@
 #include "gate/builtin_gate.hpp"
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
-#ifdef SIEVE_PLUGIN_TOOLS
-#include "tools/tools.hpp"
-#endif
 #if SIEVE_WITH_CUDA
 #include <memory>
 
@@ -118,7 +115,7 @@ class SeerPolicy final : public sp::PolicyBase {
       .kv_layouts = SIEVE_KV_LAYOUT_HND | SIEVE_KV_LAYOUT_NHD | SIEVE_KV_LAYOUT_COMBINED,
   };
 #ifdef SIEVE_PLUGIN_TOOLS
-  static constexpr sieve_tool kTools[] = {sp::tool<sg::distill_gate_main>(
+  static constexpr sieve_tool kTools[] = {sp::module_tool<SIEVE_TOOL_MODULE, "sieve_seer_distill_gate">(
       "distill-gate", "self-distil a SeerAttention-R gate for a model (this plugin's weights file)")};
 #endif
 

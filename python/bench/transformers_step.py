@@ -7,6 +7,7 @@ prefill chain (streaming, window 64: the K/V appended are all of them, the decod
 is timed).
 
     transformers_step.py --ctx 8192,32768 --batch 1,8 --json out.json --markdown out.md
+    step_table.py out.json > table.md             the table again from the JSON
 
 Step = model(next_token, past_key_values=cache) from launch to torch.cuda.synchronize(), median
 of --steps after --warmup. Attention = the sum over layers of CUDA-event intervals around the
@@ -24,6 +25,7 @@ from transformers import AttentionInterface
 
 import sieve.transformers as st
 from sieve.transformers import _attention
+from step_table import table
 
 PREFILL_FILL = "prefill:*=streaming(sink=4,window=64)"
 METHODS = {"sdpa": None, "sieve dense": PREFILL_FILL + "; decode:*=dense",
@@ -115,6 +117,10 @@ def main():
     AttentionInterface.register("sdpa_timed", timer.wrap(sdpa_attention_forward))
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     AttentionMaskInterface.register("sdpa_timed", sdpa_mask)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "model": "random-weight LlamaForCausalLM, Llama 3.2 1B geometry (16 layers, 32q/8kv heads, d64), bf16",
+            "steps": a.steps, "warmup": a.warmup}
     rows = []
     for ctx in [int(x) for x in a.ctx.split(",")]:
         for batch in [int(x) for x in a.batch.split(",")]:
@@ -129,24 +135,12 @@ def main():
                 rows.append(r)
                 print("ctx %6d batch %d %-32s step %.3f ms, attention %.3f ms (%.0f%%)"
                       % (ctx, batch, method, r["step_ms"], r["attention_ms"], 100 * r["attention_share"]), flush=True)
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "model": "random-weight LlamaForCausalLM, Llama 3.2 1B geometry (16 layers, 32q/8kv heads, d64), bf16",
-            "steps": a.steps, "warmup": a.warmup}
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+                if a.json:  # after every row: a run stopped by a time limit keeps what it measured
+                    with open(a.json, "w") as f:
+                        json.dump({"meta": meta, "rows": rows}, f, indent=1)
     if a.markdown:
         with open(a.markdown, "w") as f:
-            f.write("| context | batch | attention | step ms | x sdpa step | attention ms | attention share |\n")
-            f.write("|---|---|---|---|---|---|---|\n")
-            base = {}
-            for r in rows:
-                key = (r["ctx"], r["batch"])
-                base.setdefault(key, r["step_ms"])
-                f.write("| %d | %d | %s | %.3f | %.2fx | %.3f | %.0f%% |\n"
-                        % (r["ctx"], r["batch"], r["method"], r["step_ms"], r["step_ms"] / base[key],
-                           r["attention_ms"], 100 * r["attention_share"]))
+            f.write(table(rows))
 
 
 if __name__ == "__main__":

@@ -142,9 +142,10 @@ def library_path():
 
 def load(path=None):
     path = path or library_path()
-    # RTLD_DEEPBIND: the runtime's references resolve in its own dependencies first, not in the
-    # libraries another package made global (torch loads its CUDA and C++ libraries so).
-    mode = C.RTLD_LOCAL | getattr(os, "RTLD_DEEPBIND", 0)
+    # RTLD_LOCAL, not RTLD_DEEPBIND: a DEEPBIND runtime loaded before torch made `import torch`
+    # abort in free() on the GPU machine (the C++ library it loaded first then resolved its own
+    # references apart from torch's); test_torch.py::test_sieve_and_torch_import_in_either_order.
+    mode = C.RTLD_LOCAL
     try:
         lib = C.CDLL(path, mode=mode)
     except OSError as e:

@@ -110,3 +110,22 @@ def test_cuda_errors_carry_the_runtime_message(runtime):
         s.attend(0, "prefill", q, k.cuda(), v.cuda(), torch.empty_like(q).cuda(), seq)
     with pytest.raises(sieve.SieveError, match="v is on cpu, the session runs on cuda:0"):
         s.attend(0, "prefill", q.cuda(), k.cuda(), v.numpy(), torch.empty_like(q).cuda(), seq)
+
+
+@pytest.mark.parametrize("first", ["sieve", "torch"])
+def test_sieve_and_torch_import_in_either_order(first):
+    """A fresh interpreter imports sieve and torch in either order, runs a layer and exits cleanly
+    (the runtime loaded with RTLD_DEEPBIND before torch made `import torch` abort: free(): invalid
+    pointer, on the GPU machine)."""
+    import subprocess
+    import sys
+    second = "torch" if first == "sieve" else "sieve"
+    code = ("import %s, %s\n"
+            "import numpy as np\n"
+            "s = sieve.Session(sieve.Runtime(use_env=False), n_layers=1, n_q_heads=2, n_kv_heads=1, head_dim=8,\n"
+            "                  max_seq_len=16, chain=None)\n"
+            "q = torch.ones(3, 2, 8); kv = torch.ones(3, 1, 8); out = torch.empty_like(q)\n"
+            "s.attend(0, 'prefill', q, kv, kv, out, s.add_sequence())\n"
+            "assert torch.allclose(out, q)\n" % (first, second))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]

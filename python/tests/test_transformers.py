@@ -8,6 +8,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (the GPU machine has it)")
 
+import gc  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 import sieve  # noqa: E402
@@ -70,9 +72,13 @@ def logits_over_steps(model, ids, tokens=None, steps=64, cache=None):
     return logits, fed
 
 
+def relative_per_step(got, ref):
+    """Per step: the largest |got - ref|, relative to that step's largest |ref| logit."""
+    return [float((g - r).abs().max() / r.abs().max()) for g, r in zip(got, ref)]
+
+
 def worst_relative(got, ref):
-    """The largest |got - ref| of any step, relative to that step's largest |ref| logit."""
-    return max(float((g - r).abs().max() / r.abs().max()) for g, r in zip(got, ref))
+    return max(relative_per_step(got, ref))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
@@ -80,11 +86,13 @@ def worst_relative(got, ref):
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_dense_chain_logits_equal_sdpa(family, size, dtype):
     """The dense chain against transformers' sdpa on the same weights and tokens (prefill of 100,
-    64 teacher-forced decode steps). f32: within the issue's 1e-4 of the largest logit. bf16: the
-    issue's 2e-2 holds for the tiny models; over 16 / 28 layers of random weights two bf16
-    attentions drift apart further (measured on an H200: 3.4e-2 Llama 1B, 4.2e-2 Qwen2 1.5B), so
-    there both bf16 runs are measured against the same model in f32, and Sieve's bf16 must be no
-    further from it than twice sdpa's own bf16 distance."""
+    64 teacher-forced decode steps), as the largest |difference| of a step relative to that
+    step's largest |sdpa| logit. f32: within the issue's 1e-4. bf16: within the issue's 2e-2, or,
+    where transformers' own two bf16 attentions (eager and sdpa) already differ by more on this
+    model (the floor of bf16 here: over 16 / 28 random-weight layers the rounding of one attention
+    moves the next layer's input and the cache; on an H100, eager vs sdpa 3.7e-2 on the Llama 1B
+    and 4.3e-2 on the Qwen2 1.5B geometry, Sieve vs sdpa 3.4e-2 and 4.4e-2), within that spread;
+    and no further from the same model in f32 than transformers' own bf16 attentions are."""
     model = build(family, size)
     ids = prompt(100, vocab=model.config.vocab_size)
     ref32, fed = logits_over_steps(model, ids)
@@ -92,6 +100,9 @@ def test_dense_chain_logits_equal_sdpa(family, size, dtype):
     if dtype != torch.float32:
         model = model.to(dtype)
         ref, _ = logits_over_steps(model, ids, tokens=fed)
+        model.set_attn_implementation("eager")
+        eager, _ = logits_over_steps(model, ids, tokens=fed)
+        model.set_attn_implementation("sdpa")
     st.use(model)
     got, _ = logits_over_steps(model, ids, tokens=fed, cache=model.sieve.cache(100 + 64))
     worst = worst_relative(got, ref)
@@ -99,11 +110,22 @@ def test_dense_chain_logits_equal_sdpa(family, size, dtype):
     if dtype == torch.float32:
         assert worst <= 1e-4
         return
-    sieve_to_f32, sdpa_to_f32 = worst_relative(got, ref32), worst_relative(ref, ref32)
-    print("%s %s bf16 vs f32: sieve %.3e, sdpa %.3e" % (family, size, sieve_to_f32, sdpa_to_f32))
-    if size == "tiny":
-        assert worst <= 2e-2
-    assert sieve_to_f32 <= 2 * sdpa_to_f32
+    eager_to_sdpa = worst_relative(eager, ref)
+    print("%s %s bf16: eager vs sdpa %.3e (transformers' own two attentions), sieve vs sdpa %.3e"
+          % (family, size, eager_to_sdpa, worst))
+    for name, run in (("sieve", got), ("eager", eager)):  # the prefill's logits, then the drift over decode
+        steps = relative_per_step(run, ref)
+        print("%s %s bf16 %s vs sdpa by step: prefill %.3e, decode 1 %.3e, 32 %.3e, 64 %.3e"
+              % (family, size, name, steps[0], steps[1], steps[32], steps[64]))
+    print("%s %s bf16 vs f32: sieve %.3e, sdpa %.3e, eager %.3e" % (
+        family, size, worst_relative(got, ref32), worst_relative(ref, ref32), worst_relative(eager, ref32)))
+    # Two attentions that differ only in where they round are samples of one spread (the maximum
+    # over 65 steps of 10^5 logits); Sieve must lie within that spread as transformers' own pair
+    # does, up to a quarter of it: against sdpa, and against the f32 model. A real defect (a
+    # missing rescale, P in a narrower type) moves these by multiples, not by a quarter.
+    spread = 1.25
+    assert worst <= max(2e-2, spread * eager_to_sdpa)
+    assert worst_relative(got, ref32) <= spread * max(worst_relative(ref, ref32), worst_relative(eager, ref32))
 
 
 @pytest.mark.parametrize("family,size", [("llama", "tiny"), ("qwen2", "tiny"), pytest.param("llama", "1b", marks=gpu)])
@@ -251,11 +273,19 @@ def test_raas_keeps_memory_flat_while_decoding():
         out = model(ids, past_key_values=cache, use_cache=True)
         cache = out.past_key_values
         mem, kv = [], []
-        for _ in range(steps):
-            out = model(out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
-            torch.cuda.synchronize()
-            mem.append(torch.cuda.memory_allocated())
-            kv.append(getattr(cache, "kv_bytes", 0))
+        # Earlier tests' tensors collected mid-loop would move memory_allocated() by far more than
+        # a step's K/V (on the GPU machine it fell by 92 MB during the sdpa run): collect first and
+        # keep the collector off while measuring.
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(steps):
+                out = model(out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
+                torch.cuda.synchronize()
+                mem.append(torch.cuda.memory_allocated())
+                kv.append(getattr(cache, "kv_bytes", 0))
+        finally:
+            gc.enable()
         return mem, kv
 
     sdpa_mem, _ = decode(None)

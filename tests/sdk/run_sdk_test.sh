@@ -124,6 +124,12 @@ grep -Eq '^PASS: [0-9]+ passed, 0 failed' "$ROOT/recent.log" || fail "recent: si
 [ "$("$PREFIX/bin/sieve" tool --plugin-dir "$UNITS/recent/build" recent pages-for 100 16)" = "pages=7" ] ||
   fail "the guide's C++ plugin's tool (sieve tool recent pages-for 100 16) did not print pages=7"
 echo "== the guide's C++ plugin: built on Sieve::plugin_support, conformed, ran in a chain, ran its tool"
+# A bundled plugin's tool from the install: the plugin loads its tool module from
+# <libdir>/sieve/tools, and the module finds libsieve_cli through its RPATH.
+"$PREFIX/bin/sieve" calibrate delta --steps 8 --select 2 > "$ROOT/delta_tool.log" 2>&1 ||
+  { cat "$ROOT/delta_tool.log"; fail "the installed delta plugin's calibrate tool (its tool module) did not run"; }
+grep -q 'decode:\*=delta' "$ROOT/delta_tool.log" || fail "sieve calibrate delta printed no suggested chain"
+echo "== a bundled plugin's tool module ran from the install"
 while IFS= read -r line; do
   chain=${line%%  *}  # the chain, before the two-space gap and its comment
   [ -n "$chain" ] || continue

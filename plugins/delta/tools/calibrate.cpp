@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "tools/tools.hpp"
+#include "sieve/plugin/tool.hpp"
 #include "sieve/cli/model_args.hpp"
 #include "sieve/cli/error_line.hpp"
 #include "sieve/cli/parse_options.hpp"
@@ -309,3 +310,6 @@ int calibrate_main(int argc, const char* const* argv) {
 }
 
 }  // namespace sieve::delta
+
+// The tool module's export: the plugin's kTools entry runs it (sp::module_tool).
+SIEVE_EXPORT_TOOL(sieve_delta_calibrate, sieve::delta::calibrate_main)

@@ -48,6 +48,7 @@
 #include "sieve/runtime/session.hpp"
 #include "sieve/util/error.hpp"
 #include "tools/tools.hpp"
+#include "sieve/plugin/tool.hpp"
 
 namespace po = boost::program_options;
 
@@ -447,3 +448,6 @@ int diag_main(int argc, const char* const* argv) {
 }
 
 }  // namespace sieve::delta_correction
+
+// The tool module's export: the plugin's kTools entry runs it (sp::module_tool).
+SIEVE_EXPORT_TOOL(sieve_delta_correction_diag, sieve::delta_correction::diag_main)

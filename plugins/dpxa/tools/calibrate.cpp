@@ -26,6 +26,7 @@
 
 #include "math/dpxa_math.hpp"
 #include "tools/tools.hpp"
+#include "sieve/plugin/tool.hpp"
 #include "sieve/cli/model_args.hpp"
 #include "sieve/cli/error_line.hpp"
 #include "sieve/cli/parse_options.hpp"
@@ -282,3 +283,6 @@ int calibrate_main(int argc, const char* const* argv) {
 }
 
 }  // namespace sieve::dpxa
+
+// The tool module's export: the plugin's kTools entry runs it (sp::module_tool).
+SIEVE_EXPORT_TOOL(sieve_dpxa_calibrate, sieve::dpxa::calibrate_main)

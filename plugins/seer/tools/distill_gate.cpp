@@ -21,6 +21,7 @@
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
 #include "tools/tools.hpp"
+#include "sieve/plugin/tool.hpp"
 #include "sieve/cli/model_args.hpp"
 #include "sieve/cli/parse_options.hpp"
 #include "sieve/model/model_chain.hpp"
@@ -229,3 +230,6 @@ int distill_gate_main(int argc, const char* const* argv) {
 }
 
 }  // namespace sieve::seer
+
+// The tool module's export: the plugin's kTools entry runs it (sp::module_tool).
+SIEVE_EXPORT_TOOL(sieve_seer_distill_gate, sieve::seer::distill_gate_main)
