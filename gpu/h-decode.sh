@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# h-decode (issue 20) on the GPU machine, one call, from the repository root; stops itself at
+# ~150 s when the tree is prebuilt ($SIEVE_BUILD):
+#   1. the CUDA tests of the touched code: the attention kernels against the f64 reference (the
+#      row kernel's cluster merge and programmatic launch, the combine), LayerRunner's CUDA graphs,
+#      the CUDA store, the policy bench's CUDA smoke test;
+#   2. compute-sanitizer memcheck on the decode tests that run the cluster merge, the combine
+#      kernel (tensor-core and FMA) and a graph capture;
+#   3. the kernel suite's small decode cases (fixed cost per call: CUDA-graph replays, CUDA events)
+#      and dense, baseline then this tree (this one with SDPA and the graph-launch floor);
+#   4. the policy bench, dense + Quest gqa_share, 32q/8kv d128 bf16 page 16, 1 layer,
+#      ctx 32K/128K x batch 1/16, beside SDPA, baseline then this tree.
+#   bash gpu/h-decode.sh [BASE_TREE]
+# BASE_TREE: main (4093434) with sieve_bench and the dense/quest plugins built in
+# BASE_TREE/build-base (built here, in the background, when missing). $SIEVE_BUILD: this tree's
+# build directory, used as is; unset: bench/device_all.sh --fresh --no-tests builds it.
+# Logs under $OUT: tests.log, memcheck.log, suite_{base,new}.{log,json}, policy_{base,new}.{log,json}.
+set -uo pipefail
+OUT=${OUT:?}
+export LD_LIBRARY_PATH="$PWD/.devdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+before() { [ $(( $(date +%s) - T0 )) -lt "$1" ] || { stamp "skipped (time): $2"; return 1; }; }
+
+BASE=${1:-}
+base_bin= base_pid=
+if [ -n "$BASE" ]; then
+  BASE=$(cd "$BASE" && pwd)
+  base_bin=$BASE/build-base/bin
+  if [ ! -x "$base_bin/sieve_bench" ]; then
+    ( cmake -S "$BASE" -B "$BASE/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIEVE_WITH_CUDA=ON \
+        -DSIEVE_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$PWD/.devdeps/usr" -DDLPACK_INCLUDE_DIR="$PWD/.devdeps/usr/include" \
+      && cmake --build "$BASE/build-base" -j 8 --target sieve_bench sieve_plugin_dense sieve_plugin_quest ) \
+      > "$OUT/build-base.log" 2>&1 &
+    base_pid=$!
+  fi
+fi
+B=${SIEVE_BUILD:-}
+if [ -z "$B" ]; then
+  bash bench/device_all.sh --fresh --no-tests || exit 1
+  B=build-device-all
+fi
+stamp "build ready: $B"
+
+ctest --test-dir "$B" -j 4 --timeout 100 --output-on-failure \
+  -R 'AttentionCuda|AttentionVariantCuda|LayerGraphs|LayerRunnerCuda|PagedStoreCuda|policy_smoke_cuda' > "$OUT/tests.log" 2>&1
+stamp "ctest rc=$?"; grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|Not Run" "$OUT/tests.log" | head -20
+
+before 70 memcheck && {
+  timeout 35 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/bin/cuda_test" --gtest_brief=1 \
+    --gtest_filter='AttentionCudaTensorCores.DecodeSplitKvForced:AttentionCudaTensorCores.DecodeRaggedBatchWithIdleSplits:AttentionCudaTensorCores.DecodeBlockSelections:AttentionCudaTensorCores.DecodeQRowsAndEmptyRows:AttentionCudaTensorCores.CapturesIntoACudaGraph:AttentionCuda.DecodeSplitKvForced:AttentionCuda.CapturesIntoACudaGraph' \
+    > "$OUT/memcheck.log" 2>&1
+  stamp "memcheck rc=$? (9: errors found)"; grep -E "ERROR SUMMARY|FAILED" "$OUT/memcheck.log" | head -5
+}
+
+[ -n "$base_pid" ] && { wait $base_pid; stamp "base build rc=$?"; tail -2 "$OUT/build-base.log"; }
+
+SUITE='gpu/decode/32q8kv128/bs(1|4|16)/ctx(8192|32768)/bf16/(dense|sparse0.90|sparse0.95)(/minkeys64|/splits8)?$'
+POLICY=(--policy --phase decode --layers 1 --hq 32 --hkv 8 --d 128 --page 16 --dtype bf16 --ctx 32768,131072
+        --batch 1,16 --sdpa --chain 'decode:*=quest(token_budget=2048,gqa_share=true)')
+bin_of() { if [ "$1" = base ]; then echo "$base_bin"; else echo "$B/bin"; fi; }
+# This tree first: when time runs short the baseline is what goes.
+for v in new base; do
+  b=$(bin_of $v)
+  [ -n "$b" ] && [ -x "$b/sieve_bench" ] || { stamp "no $v sieve_bench"; continue; }
+  extra=(); [ $v = new ] && extra=(--sdpa)
+  before 105 "suite $v" || continue
+  timeout 25 "$b/sieve_bench" --filter="$SUITE" "${extra[@]}" --json="$OUT/suite_$v.json" > "$OUT/suite_$v.log" 2>&1
+  stamp "suite $v rc=$?"
+done
+for v in new base; do
+  b=$(bin_of $v)
+  [ -n "$b" ] && [ -x "$b/sieve_bench" ] || continue
+  before 118 "policy $v" || continue
+  timeout 30 "$b/sieve_bench" "${POLICY[@]}" --json="$OUT/policy_$v.json" > "$OUT/policy_$v.log" 2>&1
+  stamp "policy $v rc=$?"
+done
+stamp done
