@@ -402,8 +402,9 @@ TEST_F(AttentionCudaTensorCores, DecodeSplitsFollowTheSelectedKeys) {
 }
 
 TEST_F(AttentionCudaTensorCores, DecodeSplitKvForced) {
-  // Up to 8 splits merge on a thread-block cluster on sm_90 (distributed shared memory), more in
-  // the combine kernel; 2 and 8 are the cluster's edges, 9 the first split count past them.
+  // Up to 8 splits merge on a thread-block cluster on sm_90 (distributed shared memory; this
+  // grid's 4 clusters are always resident at once), more in the combine kernel; 2 and 8 are the
+  // cluster's edges, 9 the first split count past them.
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   for (int splits : {1, 2, 3, 7, 8, 9, 64}) {

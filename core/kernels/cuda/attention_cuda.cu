@@ -55,7 +55,7 @@ constexpr int kMaxStatsPageSize = 512;
 struct DeviceState {
   bool ready = false;
   int sm_count = 0;
-  int cluster_splits = 0;  // cuda::row_mma_cluster_splits()
+  int resident_clusters[cuda::kMaxClusterSplits + 1] = {};  // cuda::row_mma_resident_clusters()
   cudaMemPool_t pool = nullptr;
   ErrorRecord* err = nullptr;
 };
@@ -119,7 +119,7 @@ sieve_status device_state(int dev, DeviceState** out, std::string* error) {
     e = cudaGetSymbolAddress(&rec, g_error_record);
     if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaGetSymbolAddress(error record)", e));
     st.err = static_cast<ErrorRecord*>(rec);
-    st.cluster_splits = cuda::row_mma_cluster_splits();
+    cuda::row_mma_resident_clusters(st.resident_clusters);
     st.ready = true;
   }
   *out = &st;
@@ -261,7 +261,10 @@ Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, con
         p.splits = int32_t(std::clamp<int64_t>(std::min(want, cap), 1, kMaxSplits));
       }
     }
-    p.cluster_merge = p.mma && p.splits > 1 && p.splits <= dev.cluster_splits;
+    // One cluster per (row, head unit), merged on the cluster only when every cluster of the grid
+    // is resident at once (a second round of clusters would cost far more than the combine).
+    p.cluster_merge = p.mma && p.splits > 1 && p.splits <= cuda::kMaxClusterSplits &&
+                      ctas <= dev.resident_clusters[p.splits];
   } else {
     p.tile_tokens = (p.mma ? cuda::kMmaPrefillRows : kPrefillRows) / p.hg;
     for (int32_t b = 0; b < s.batch; ++b) {

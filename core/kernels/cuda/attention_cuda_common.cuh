@@ -416,10 +416,14 @@ cudaError_t launch_prefill_attention(const AttnParams& p, Storage kv_dt, int32_t
 constexpr int kMmaRowHeads = 16;
 constexpr int kMmaPrefillRows = 128;
 cudaError_t launch_row_attention_mma(const AttnParams& p, Storage kv_dt, cudaStream_t stream);
-// The most splits the tensor-core row kernel merges on one thread-block cluster on the current
-// device (AttnParams::cluster_merge): 0 when the device or this build has no clusters (before
-// sm_90) or a cluster of its CTAs cannot be resident. Queried once per device.
-int row_mma_cluster_splits();
+// Thread-block clusters of the tensor-core row kernel (AttnParams::cluster_merge), one cluster per
+// (row, head unit) of 2..kMaxClusterSplits splits (the portable cluster size). resident[s] = how
+// many clusters of s CTAs the current device holds at once (cudaOccupancyMaxActiveClusters, at the
+// kernel's largest shared memory), 0 for every s when the device or this build has no clusters
+// (before sm_90). Large-shared-memory CTAs pack worse into clusters than alone (each cluster must
+// fit in one GPC), so a grid merges on clusters only when all of them are resident at once.
+constexpr int kMaxClusterSplits = 8;
+void row_mma_resident_clusters(int (&resident)[kMaxClusterSplits + 1]);
 cudaError_t launch_prefill_attention_mma(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                          int32_t tile_tokens, cudaStream_t stream);
 // Attention variants (attention_variant.cu, attention_variant_mma.cu): grid (query tiles of one

@@ -40,7 +40,6 @@ using namespace mma;
 constexpr int kWarps = kThreads / 32;
 constexpr int kStages = 3;
 constexpr int kRows = kMmaRowHeads;  // query heads per CTA: one m16 tile
-constexpr int kMaxClusterSplits = 8;  // the portable thread-block cluster size
 
 template <int D>
 struct RowMmaSmem {
@@ -423,37 +422,37 @@ cudaError_t launch_row_attention_mma(const AttnParams& p, Storage kv_dt, cudaStr
   });
 }
 
-int row_mma_cluster_splits() {
-  // This build's kernels must hold sm_90 code (cluster_merge() is empty below), the device must
-  // have clusters, and a cluster of kMaxClusterSplits CTAs of the largest variant must fit.
-  auto none = [] {
-    cudaGetLastError();  // a failed query leaves no error behind: the combine kernel merges instead
-    return 0;
-  };
+void row_mma_resident_clusters(int (&resident)[kMaxClusterSplits + 1]) {
+  for (int& r : resident) r = 0;
+  // This build's kernels must hold sm_90 code (cluster_merge() is empty below) and the device
+  // must have clusters. A failed query leaves no error behind: the combine kernel merges instead.
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return none();
-  if (major < 9) return 0;
+    return void(cudaGetLastError());
+  if (major < 9) return;
   auto kernel = row_mma_kernel<__nv_bfloat16, 128>;
   cudaFuncAttributes fa{};
-  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) return none();
+  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) return void(cudaGetLastError());
   constexpr size_t smem = RowMmaSmem<128>::bytes;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
-    return none();
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(1, kMaxClusterSplits);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 1;
-  attr.val.clusterDim.y = kMaxClusterSplits;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) return none();
-  return clusters > 0 ? kMaxClusterSplits : 0;
+    return void(cudaGetLastError());
+  for (int s = 2; s <= kMaxClusterSplits; ++s) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(1, unsigned(s));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = unsigned(s);
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&resident[s], kernel, &cfg) != cudaSuccess) {
+      resident[s] = 0;
+      cudaGetLastError();
+    }
+  }
 }
 
 }  // namespace sieve::kernels::cuda
