@@ -11,9 +11,9 @@
 #   4. the policy bench, dense, 32q/8kv d128 bf16 page 16, 1 layer, ctx 32K/128K x batch 1/16,
 #      beside SDPA (eager step, graph step, core kernel), this tree, then the baseline if time is left.
 #   bash gpu/h-decode.sh [BASE_TREE]
-# BASE_TREE: main (4093434) with sieve_bench and the dense/quest plugins built in
-# BASE_TREE/build-base (built here, in the background, when missing). $SIEVE_BUILD: this tree's
-# build directory, used as is; unset: bench/device_all.sh --fresh --no-tests builds it.
+# BASE_TREE: main (4093434) with sieve_bench and the dense plugin built in BASE_TREE/build-base
+# (not built here; without it the baseline rows are skipped). $SIEVE_BUILD: this tree's build
+# directory, used as is; unset: bench/device_all.sh --fresh --no-tests builds it.
 # Logs under $OUT: tests.log, memcheck.log, suite_{base,new}.{log,json}, policy_{base,new}.{log,json}.
 set -uo pipefail
 OUT=${OUT:?}
@@ -23,17 +23,11 @@ stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 before() { [ $(( $(date +%s) - T0 )) -lt "$1" ] || { stamp "skipped (time): $2"; return 1; }; }
 
 BASE=${1:-}
-base_bin= base_pid=
+base_bin=
 if [ -n "$BASE" ]; then
-  BASE=$(cd "$BASE" && pwd)
-  base_bin=$BASE/build-base/bin
-  if [ ! -x "$base_bin/sieve_bench" ]; then
-    ( cmake -S "$BASE" -B "$BASE/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIEVE_WITH_CUDA=ON \
-        -DSIEVE_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$PWD/.devdeps/usr" -DDLPACK_INCLUDE_DIR="$PWD/.devdeps/usr/include" \
-      && cmake --build "$BASE/build-base" -j 8 --target sieve_bench sieve_plugin_dense sieve_plugin_quest ) \
-      > "$OUT/build-base.log" 2>&1 &
-    base_pid=$!
-  fi
+  base_bin=$(cd "$BASE" && pwd)/build-base/bin
+  # Not built here: a build in the background would slow the other scripts of the call.
+  [ -x "$base_bin/sieve_bench" ] || { echo "no baseline: $base_bin/sieve_bench is not built"; base_bin=; }
 fi
 B=${SIEVE_BUILD:-}
 if [ -z "$B" ]; then
@@ -53,8 +47,6 @@ before 50 memcheck && {
   stamp "memcheck rc=$? (9: errors found)"; grep -E "ERROR SUMMARY|FAILED" "$OUT/memcheck.log" | head -5
 }
 
-# The baseline only if its build is done by now (no waiting: the call's time is short).
-if [ -n "$base_pid" ] && kill -0 "$base_pid" 2>/dev/null; then stamp "base build still running: no baseline"; base_bin=; fi
 
 SUITE='gpu/decode/32q8kv128/bs(1|4|16)/ctx(8192|32768)/bf16/(dense|sparse0.90|sparse0.95)(/minkeys64|/splits8)?$'
 POLICY=(--policy --phase decode --layers 1 --hq 32 --hkv 8 --d 128 --page 16 --dtype bf16 --ctx 32768,131072
