@@ -170,6 +170,27 @@ double median(std::vector<float> v) {
 
 std::string cuda_error(const char* what, cudaError_t e) { return std::string(what) + ": " + cudaGetErrorString(e); }
 
+// Times enqueue() on stream s with CUDA events, one call per sample: `warmups` untimed calls, then
+// `reps` timed ones appended to *ms (milliseconds). Stops at the first CUDA error and returns it.
+template <class Enqueue>
+cudaError_t time_calls(int warmups, int reps, cudaStream_t s, Enqueue&& enqueue, std::vector<float>* ms) {
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  cudaError_t e = cudaEventCreate(&e0);
+  if (e == cudaSuccess) e = cudaEventCreate(&e1);
+  for (int i = 0; i < warmups + reps && e == cudaSuccess; ++i) {
+    e = cudaEventRecord(e0, s);
+    if (e == cudaSuccess) e = enqueue();
+    if (e == cudaSuccess) e = cudaEventRecord(e1, s);
+    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+    float t = 0;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
+    if (e == cudaSuccess && i >= warmups) ms->push_back(t);
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  return e;
+}
+
 }  // namespace
 
 cudaError_t fill_device_random(void* p, DLDataType dt, int64_t n, uint64_t seed, float scale,
@@ -185,24 +206,12 @@ cudaError_t fill_device_random(void* p, DLDataType dt, int64_t n, uint64_t seed,
 
 double measure_copy_gbs(size_t bytes, int reps, std::string* error) {
   void *a = nullptr, *b = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
   std::vector<float> ms;
   cudaError_t e = cudaMalloc(&a, bytes);
   if (e == cudaSuccess) e = cudaMalloc(&b, bytes);
   if (e == cudaSuccess) e = fill_device_random(a, kF32, int64_t(bytes / 4), 7, 1.f, nullptr);
-  if (e == cudaSuccess) e = cudaEventCreate(&e0);
-  if (e == cudaSuccess) e = cudaEventCreate(&e1);
-  for (int i = 0; i < reps + 2 && e == cudaSuccess; ++i) {
-    e = cudaEventRecord(e0);
-    if (e == cudaSuccess) e = cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-    if (e == cudaSuccess) e = cudaEventRecord(e1);
-    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
-    float t = 0;
-    if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
-    if (i >= 2) ms.push_back(t);  // two warm-ups
-  }
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
+  if (e == cudaSuccess)
+    e = time_calls(2, reps, nullptr, [&] { return cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }, &ms);
   cudaFree(a);
   cudaFree(b);
   if (e != cudaSuccess) {
@@ -340,7 +349,6 @@ double measure_graph_launch_us(int ctas, bool pdl, int reps, std::string* error)
   cudaStream_t s = nullptr;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
   std::vector<float> ms;
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
@@ -359,19 +367,7 @@ double measure_graph_launch_us(int ctas, bool pdl, int reps, std::string* error)
     if (e == cudaSuccess) e = end;
   }
   if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
-  if (e == cudaSuccess) e = cudaEventCreate(&e0);
-  if (e == cudaSuccess) e = cudaEventCreate(&e1);
-  for (int i = 0; i < reps + 2 && e == cudaSuccess; ++i) {
-    e = cudaEventRecord(e0, s);
-    if (e == cudaSuccess) e = cudaGraphLaunch(exec, s);
-    if (e == cudaSuccess) e = cudaEventRecord(e1, s);
-    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
-    float t = 0;
-    if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
-    if (i >= 2) ms.push_back(t);  // two warm-ups
-  }
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
+  if (e == cudaSuccess) e = time_calls(2, reps, s, [&] { return cudaGraphLaunch(exec, s); }, &ms);
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
   if (s) cudaStreamDestroy(s);
