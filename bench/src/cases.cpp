@@ -98,6 +98,14 @@ std::vector<Case> gpu_cases(bool quick) {
         out.push_back(named(c));
       }
   c.split_min_keys = 0;
+  // The same rows forced into 8 splits, the most a thread-block cluster merges on sm_90: every
+  // split used (one tile each at 8K), no combine kernel, no scratch.
+  for (int32_t batch : {1, 4})
+    for (int32_t ctx : {8192, 32768}) {
+      c.batch = batch, c.ctx = ctx, c.sparsity = 0.95, c.kv_splits = 8;
+      out.push_back(named(c));
+    }
+  c.kv_splits = 0;
   c.sparsity = 0;
   // Prefill: one prompt of 16K-64K tokens, BSR selections of 128-token query blocks x 64-key blocks.
   c.phase = SIEVE_PHASE_PREFILL;

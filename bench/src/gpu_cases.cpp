@@ -106,6 +106,8 @@ Ceilings measure_gpu_ceilings() {
   c.copy_gbs = measure_copy_gbs(size_t(4) << 30, 20, &err);
   c.mma_tflops = measure_bf16_gemm_tflops(8192, 20, &err);
   c.mma_sync_tflops = measure_mma_sync_tflops(c.sm_count, &err);
+  c.graph_launch_us = measure_graph_launch_us(2 * c.sm_count, false, 20, &err);
+  c.graph_launch_pdl_us = measure_graph_launch_us(2 * c.sm_count, true, 20, &err);
   if (!err.empty()) c.device += " (ceiling failed: " + err + ")";
   if (!g_stream) cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
   g_ceilings = c;
@@ -221,6 +223,7 @@ void run_gpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
   if (kernels::cuda_attention_plan(calls[0].args, opt, &plan, &err) != SIEVE_OK) return fail(err);
   out.kernel = plan.kernel;
   out.splits = plan.kv_splits;
+  out.merge = plan.merge;
 
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   cudaGraph_t graph = nullptr;
@@ -296,7 +299,7 @@ void run_gpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
   if (g_ceilings.copy_gbs > 0) state.counters["of_copy"] = out.work.bytes() / s / 1e9 / g_ceilings.copy_gbs;
   if (g_ceilings.mma_tflops > 0) state.counters["of_mma"] = out.work.flops / s / 1e12 / g_ceilings.mma_tflops;
   state.counters["median_us"] = out.t.median_ms * 1e3;
-  state.SetLabel(out.kernel + " splits " + std::to_string(out.splits));
+  state.SetLabel(out.kernel + " splits " + std::to_string(out.splits) + " merge " + out.merge);
 }
 
 }  // namespace sieve::bench

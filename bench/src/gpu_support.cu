@@ -155,12 +155,41 @@ __global__ void read_bulk_kernel(const char* __restrict__ p, int64_t chunks, uin
 #endif
 }
 
+// Nothing but the programmatic-dependent-launch handshake (no-ops before sm_90).
+__global__ void empty_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : double(v[v.size() / 2]);
 }
 
 std::string cuda_error(const char* what, cudaError_t e) { return std::string(what) + ": " + cudaGetErrorString(e); }
+
+// Times enqueue() on stream s with CUDA events, one call per sample: `warmups` untimed calls, then
+// `reps` timed ones appended to *ms (milliseconds). Stops at the first CUDA error and returns it.
+template <class Enqueue>
+cudaError_t time_calls(int warmups, int reps, cudaStream_t s, Enqueue&& enqueue, std::vector<float>* ms) {
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  cudaError_t e = cudaEventCreate(&e0);
+  if (e == cudaSuccess) e = cudaEventCreate(&e1);
+  for (int i = 0; i < warmups + reps && e == cudaSuccess; ++i) {
+    e = cudaEventRecord(e0, s);
+    if (e == cudaSuccess) e = enqueue();
+    if (e == cudaSuccess) e = cudaEventRecord(e1, s);
+    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+    float t = 0;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
+    if (e == cudaSuccess && i >= warmups) ms->push_back(t);
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  return e;
+}
 
 }  // namespace
 
@@ -177,24 +206,12 @@ cudaError_t fill_device_random(void* p, DLDataType dt, int64_t n, uint64_t seed,
 
 double measure_copy_gbs(size_t bytes, int reps, std::string* error) {
   void *a = nullptr, *b = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
   std::vector<float> ms;
   cudaError_t e = cudaMalloc(&a, bytes);
   if (e == cudaSuccess) e = cudaMalloc(&b, bytes);
   if (e == cudaSuccess) e = fill_device_random(a, kF32, int64_t(bytes / 4), 7, 1.f, nullptr);
-  if (e == cudaSuccess) e = cudaEventCreate(&e0);
-  if (e == cudaSuccess) e = cudaEventCreate(&e1);
-  for (int i = 0; i < reps + 2 && e == cudaSuccess; ++i) {
-    e = cudaEventRecord(e0);
-    if (e == cudaSuccess) e = cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-    if (e == cudaSuccess) e = cudaEventRecord(e1);
-    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
-    float t = 0;
-    if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
-    if (i >= 2) ms.push_back(t);  // two warm-ups
-  }
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
+  if (e == cudaSuccess)
+    e = time_calls(2, reps, nullptr, [&] { return cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }, &ms);
   cudaFree(a);
   cudaFree(b);
   if (e != cudaSuccess) {
@@ -325,6 +342,40 @@ double measure_mma_sync_tflops(int sm_count, std::string* error) {
   }
   const double flops = double(blocks) * (kThreadsPerBlock / 32) * kIters * kMmaChains * 2.0 * 16 * 8 * 16;
   return flops / (median(ms) * 1e-3) / 1e12;
+}
+
+double measure_graph_launch_us(int ctas, bool pdl, int reps, std::string* error) {
+  constexpr int kLaunches = 256;
+  cudaStream_t s = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::vector<float> ms;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (e == cudaSuccess) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(std::max(ctas, 1)));
+    cfg.blockDim = dim3(128);
+    cfg.stream = s;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    for (int i = 0; i < kLaunches && e == cudaSuccess; ++i) e = cudaLaunchKernelEx(&cfg, empty_kernel);
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    if (e == cudaSuccess) e = end;
+  }
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (e == cudaSuccess) e = time_calls(2, reps, s, [&] { return cudaGraphLaunch(exec, s); }, &ms);
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  if (s) cudaStreamDestroy(s);
+  if (e != cudaSuccess) {
+    if (error) *error = cuda_error("graph launch floor", e);
+    return -1;
+  }
+  return median(ms) * 1e3 / kLaunches;
 }
 
 }  // namespace sieve::bench

@@ -40,4 +40,11 @@ double measure_bf16_gemm_tflops(int n, int reps, std::string* error);
 // 2*16*8*16 flops per instruction / s / 1e12. Returns < 0 and sets *error on failure.
 double measure_mma_sync_tflops(int sm_count, std::string* error);
 
+// The floor of a per-call fixed cost: microseconds per launch of an empty kernel (`ctas` CTAs of
+// 128 threads) in a CUDA graph of 256 such launches on one stream, each waiting for the one
+// before, replayed (median of `reps`). With `pdl` each is a programmatic dependent launch of the
+// one before (sm_90: it is scheduled while that one drains, then waits for it), as the attention
+// row kernel is launched. Returns < 0 and sets *error on failure.
+double measure_graph_launch_us(int ctas, bool pdl, int reps, std::string* error);
+
 }  // namespace sieve::bench

@@ -211,6 +211,10 @@ void print_summary(const Report& r, std::FILE* f) {
                  r.ceilings.device.c_str(), r.ceilings.sm_count, r.ceilings.l2_bytes / 1e6, r.ceilings.read_gbs,
                  r.ceilings.bulk_read_gbs, r.ceilings.paged8_read_gbs, r.ceilings.paged1_read_gbs, r.ceilings.copy_gbs,
                  r.ceilings.mma_tflops, r.ceilings.mma_sync_tflops);
+  if (r.ceilings.graph_launch_us > 0)
+    std::fprintf(f, "GPU: an empty kernel of %d CTAs replayed back to back from a CUDA graph: %.2f us per launch, "
+                 "%.2f us as programmatic dependent launches\n",
+                 2 * r.ceilings.sm_count, r.ceilings.graph_launch_us, r.ceilings.graph_launch_pdl_us);
   if (r.ceilings.host_copy_gbs > 0)
     std::fprintf(f, "CPU: memcpy %.1f GB/s (read+write, %d threads); read-only %.1f GB/s sequential, %.1f GB/s 4 KiB slabs of scattered pages\n",
                  r.ceilings.host_copy_gbs, r.ceilings.host_threads, r.ceilings.host_read_gbs, r.ceilings.host_paged_read_gbs);
@@ -268,6 +272,8 @@ nlohmann::json report_json(const Report& r) {
                    {"copy_gbs", r.ceilings.copy_gbs},
                    {"bf16_gemm_tflops", r.ceilings.mma_tflops},
                    {"mma_sync_bf16_tflops", r.ceilings.mma_sync_tflops},
+                   {"graph_launch_us", r.ceilings.graph_launch_us},
+                   {"graph_launch_pdl_us", r.ceilings.graph_launch_pdl_us},
                    {"host_copy_gbs", r.ceilings.host_copy_gbs},
                    {"host_read_gbs", r.ceilings.host_read_gbs},
                    {"host_paged_read_gbs", r.ceilings.host_paged_read_gbs},
@@ -294,6 +300,7 @@ nlohmann::json report_json(const Report& r) {
     } else {
       c["kernel"] = x.kernel;
       c["kv_splits"] = x.splits;
+      if (!x.merge.empty()) c["merge"] = x.merge;
       c["median_ms"] = x.t.median_ms;
       c["min_ms"] = x.t.min_ms;
       c["max_ms"] = x.t.max_ms;

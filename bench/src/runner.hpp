@@ -25,6 +25,10 @@ struct Ceilings {
   double copy_gbs = 0;       // device-to-device cudaMemcpy, bytes read + written per second
   double mma_tflops = 0;     // cuBLAS bf16 GEMM 8192^3 (f32 accumulation) on random data
   double mma_sync_tflops = 0;  // mma.sync m16n8k16 bf16 in a register-only loop (our kernels' MMA)
+  // Per-call floor of a chain of dependent kernels: us per empty kernel (2 CTAs per SM) replayed
+  // back to back from a CUDA graph, plain and as programmatic dependent launches (sm_90)
+  double graph_launch_us = 0;
+  double graph_launch_pdl_us = 0;
   double host_copy_gbs = 0;  // memcpy over the CPU cases' threads, read + written
   // Read-only over the same threads, bytes read per second: a sequential stream, and 4 KiB slabs
   // of scattered pages (a K and a V slab per page, the next page's lines prefetched one per line
@@ -48,6 +52,7 @@ struct CaseResult {
   Timing t;
   std::string kernel;   // which kernel family ran (CUDA plan), "cpu" on the CPU
   int splits = 0;       // split-KV upper bound of the row kernels
+  std::string merge;    // how the splits merge (CUDA plan: none, cluster, combine)
   std::string error;    // non-empty: the case failed
   bool ran = false;
 };

@@ -402,7 +402,12 @@ TEST_F(AttentionCudaTensorCores, DecodeSplitsFollowTheSelectedKeys) {
 }
 
 TEST_F(AttentionCudaTensorCores, DecodeSplitKvForced) {
-  for (int splits : {1, 3, 7, 64}) {
+  // Up to 8 splits merge on a thread-block cluster on sm_90 (distributed shared memory; this
+  // grid's 4 clusters are always resident at once), more in the combine kernel; 2 and 8 are the
+  // cluster's edges, 9 the first split count past them.
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  for (int splits : {1, 2, 3, 7, 8, 9, 64}) {
     SCOPED_TRACE("splits " + std::to_string(splits));
     Workload w(half_spec(8, 2, 64, 16, {700, 5}, kF16, uint64_t(splits)));
     w.request_lse();
@@ -410,6 +415,8 @@ TEST_F(AttentionCudaTensorCores, DecodeSplitKvForced) {
     CudaAttentionOptions opt;
     opt.kv_splits = splits;
     ASSERT_EQ(splits_for(w, opt), splits);
+    const std::string merge = splits == 1 ? "none" : major >= 9 && splits <= 8 ? "cluster" : "combine";
+    EXPECT_EQ(plan_for(w, opt).merge, merge);
     expect_on_kernel(w, "row-mma", opt);
     w.set_selection(SIEVE_SEL_PER_Q_HEAD, 1, 2, w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 1, 2, 0.4, 3));
     expect_on_kernel(w, "row-mma", opt);

@@ -55,6 +55,7 @@ constexpr int kMaxStatsPageSize = 512;
 struct DeviceState {
   bool ready = false;
   int sm_count = 0;
+  int resident_clusters[cuda::kMaxClusterSplits + 1] = {};  // cuda::row_mma_resident_clusters()
   cudaMemPool_t pool = nullptr;
   ErrorRecord* err = nullptr;
 };
@@ -118,6 +119,7 @@ sieve_status device_state(int dev, DeviceState** out, std::string* error) {
     e = cudaGetSymbolAddress(&rec, g_error_record);
     if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaGetSymbolAddress(error record)", e));
     st.err = static_cast<ErrorRecord*>(rec);
+    cuda::row_mma_resident_clusters(st.resident_clusters);
     st.ready = true;
   }
   *out = &st;
@@ -134,6 +136,7 @@ struct Plan {
   int32_t chunks = 1;     // CTAs per KV head (group / hg, rounded up)
   int32_t n_work = 0;     // rows of the row kernel
   int32_t splits = 1;
+  bool cluster_merge = false;  // the splits merge on a thread-block cluster (AttnParams::cluster_merge)
   int32_t max_pages = 0;  // pages of the longest sequence
   int32_t tile_tokens = 0;
   int32_t max_tiles = 0;  // prefill tiles of the busiest sequence
@@ -220,7 +223,8 @@ Plan variant_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, 
   return p;
 }
 
-Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int sm_count) {
+Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, const DeviceState& dev) {
+  const int sm_count = dev.sm_count;
   Plan p;
   p.s = attention_shape(a);
   const AttentionShape& s = p.s;
@@ -257,6 +261,10 @@ Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int
         p.splits = int32_t(std::clamp<int64_t>(std::min(want, cap), 1, kMaxSplits));
       }
     }
+    // One cluster per (row, head unit), merged on the cluster only when every cluster of the grid
+    // is resident at once (a second round of clusters would cost far more than the combine).
+    p.cluster_merge = p.mma && p.splits > 1 && p.splits <= cuda::kMaxClusterSplits &&
+                      ctas <= dev.resident_clusters[p.splits];
   } else {
     p.tile_tokens = (p.mma ? cuda::kMmaPrefillRows : kPrefillRows) / p.hg;
     for (int32_t b = 0; b < s.batch; ++b) {
@@ -312,7 +320,7 @@ sieve_status check_and_plan(const sieve_attention_args& a, const CudaAttentionOp
   if (cudaError_t e = guard.enter(dev); e != cudaSuccess)
     return fail(error, SIEVE_ERR_DEVICE, cuda_message(("cudaSetDevice(" + std::to_string(dev) + ")").c_str(), e));
   if (sieve_status st_ = device_state(dev, st, error); st_ != SIEVE_OK) return st_;
-  *plan = make_plan(a, o, (*st)->sm_count);
+  *plan = make_plan(a, o, **st);
   return SIEVE_OK;
 }
 
@@ -370,6 +378,7 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   p.chunks = plan.chunks;
   p.n_splits = plan.splits;
   p.split_min_keys = plan.splits > 1 ? plan.split_min_keys : 0;
+  p.cluster_merge = plan.cluster_merge;
   p.stats_h = s.stats_h;
   p.page_mass = s.stats != SIEVE_STATS_NONE ? data_ptr<float>(*a.page_mass) : nullptr;
   p.err = st->err;
@@ -390,16 +399,19 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   const Storage kv_dt = require_storage(kv.k_pages.dtype, "kv.k_pages");
   const bool stats = s.stats != SIEVE_STATS_NONE;
 
-  // Scratch: split partials [splits, n_work, hq, d] + [splits, n_work, hq], the statistics'
-  // lse [n_q_tokens, hq] when the caller did not ask for lse, and on the tensor-core row path the
-  // logits the statistics are reduced from [nnz_pages * page_size, hq] (AttnParams::logits).
-  const size_t part_o = plan.splits > 1 ? size_t(plan.splits) * plan.n_work * s.hq * s.d : 0;
-  const size_t part_lse = plan.splits > 1 ? size_t(plan.splits) * plan.n_work * s.hq : 0;
+  // Scratch: split partials [splits, n_work, hq, d] + [splits, n_work, hq] unless the splits merge
+  // on a cluster, the statistics' lse [n_q_tokens, hq] when the caller did not ask for lse, and on
+  // the tensor-core row path the logits the statistics are reduced from [nnz_pages * page_size, hq]
+  // (AttnParams::logits). A call that needs none allocates nothing: no allocation node in a CUDA
+  // graph between this kernel and the one before it, so the programmatic launch can overlap them.
+  const bool global_partials = plan.splits > 1 && !plan.cluster_merge;
+  const size_t part_o = global_partials ? size_t(plan.splits) * plan.n_work * s.hq * s.d : 0;
+  const size_t part_lse = global_partials ? size_t(plan.splits) * plan.n_work * s.hq : 0;
   const size_t lse_scratch = stats && !p.lse ? size_t(s.n_q_tokens) * s.hq : 0;
   const bool stats_from_logits = stats && plan.row_path && plan.mma;
   size_t logits = stats_from_logits ? size_t(s.nnz_pages) * s.page_size * s.hq : 0;
   // The splits each (row, head unit) used (AttnParams::split_used), stored as int32 in a float slot.
-  const size_t used = p.split_min_keys > 0 ? size_t(plan.n_work) * s.hkv * plan.chunks : 0;
+  const size_t used = p.split_min_keys > 0 && global_partials ? size_t(plan.n_work) * s.hkv * plan.chunks : 0;
   const size_t used_at = part_o + part_lse + lse_scratch;
   const size_t logits_at = (used_at + used + 3) / 4 * 4;  // 16-byte aligned (paired stores)
   Scratch scratch(st->pool, stream);
@@ -441,7 +453,7 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
     const cudaError_t e = plan.mma ? cuda::launch_row_attention_mma(p, kv_dt, stream)
                                    : cuda::launch_row_attention(p, kv_dt, stream);
     if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("row attention kernel launch", e));
-    if (plan.splits > 1) {
+    if (plan.splits > 1 && !plan.cluster_merge) {
       if (cudaError_t e = cuda::launch_split_combine(p, stream); e != cudaSuccess)
         return fail(error, SIEVE_ERR_DEVICE, cuda_message("split-KV combine kernel launch", e));
     }
@@ -488,6 +500,7 @@ sieve_status cuda_attention_plan(const sieve_attention_args& args, const CudaAtt
                   : plan.row_path    ? (plan.mma ? "row-mma" : "row-fma")
                                      : (plan.mma ? "prefill-mma" : "prefill-fma");
     out->kv_splits = plan.row_path ? plan.splits : 1;
+    out->merge = !plan.row_path || plan.splits <= 1 ? "none" : plan.cluster_merge ? "cluster" : "combine";
     out->heads_per_cta = plan.hg;
     return SIEVE_OK;
   } catch (const std::exception& e) {

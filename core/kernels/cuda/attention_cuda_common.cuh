@@ -101,6 +101,10 @@ struct AttnParams {
   int32_t split_min_keys;
   float* part_o;
   float* part_lse;
+  // Tensor-core row kernel, 1 < n_splits <= the device's cluster limit: the splits of one (row,
+  // head unit) run as one thread-block cluster and merge their partial states through distributed
+  // shared memory (no part_o / part_lse / split_used, no combine kernel); 0: the combine merges.
+  int32_t cluster_merge;
   // With split_min_keys and n_splits > 1: the splits each (row, head unit) used,
   // [n_work, hkv * chunks], written by its split 0. The combine merges only those; a row that used
   // one split was written (out, lse) by the row kernel itself and the combine leaves it alone.
@@ -371,6 +375,31 @@ __device__ inline void pdl_wait() {
 #endif
 }
 
+// Launches kernel(p) on `stream` as a programmatic dependent of the kernel before it (the kernel
+// must pdl_wait() before touching memory that kernel may write), on thread-block clusters of
+// (1, cluster_y, 1) CTAs when cluster_y > 1. Both attributes are captured into CUDA graphs.
+inline cudaError_t launch_pdl(void (*kernel)(AttnParams), dim3 grid, size_t smem, cudaStream_t stream,
+                              unsigned cluster_y, const AttnParams& p) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cluster_y > 1) {
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = 1;
+    attr[1].val.clusterDim.y = cluster_y;
+    attr[1].val.clusterDim.z = 1;
+    cfg.numAttrs = 2;
+  }
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
 // ---- launchers (one per kernel family, dispatching on storage dtype, head dim, heads/CTA) -----
 
 // Row kernel: one CTA per (work row, head unit, KV split); decode, and prefill rows listed in
@@ -387,6 +416,14 @@ cudaError_t launch_prefill_attention(const AttnParams& p, Storage kv_dt, int32_t
 constexpr int kMmaRowHeads = 16;
 constexpr int kMmaPrefillRows = 128;
 cudaError_t launch_row_attention_mma(const AttnParams& p, Storage kv_dt, cudaStream_t stream);
+// Thread-block clusters of the tensor-core row kernel (AttnParams::cluster_merge), one cluster per
+// (row, head unit) of 2..kMaxClusterSplits splits (the portable cluster size). resident[s] = how
+// many clusters of s CTAs the current device holds at once (cudaOccupancyMaxActiveClusters, at the
+// kernel's largest shared memory), 0 for every s when the device or this build has no clusters
+// (before sm_90). Large-shared-memory CTAs pack worse into clusters than alone (each cluster must
+// fit in one GPC), so a grid merges on clusters only when all of them are resident at once.
+constexpr int kMaxClusterSplits = 8;
+void row_mma_resident_clusters(int (&resident)[kMaxClusterSplits + 1]);
 cudaError_t launch_prefill_attention_mma(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                          int32_t tile_tokens, cudaStream_t stream);
 // Attention variants (attention_variant.cu, attention_variant_mma.cu): grid (query tiles of one

@@ -11,16 +11,26 @@
 // key row; resolving page ids per key row with dependent global reads made the first version
 // latency-bound at ~65% of bandwidth). Each of the 4 warps takes 16 keys of every tile with its
 // own online softmax (S = Q·Kᵀ from ldmatrix'd K, P·V from ldmatrix.trans'd V, P kept in
-// registers), and the warps merge through shared memory at the end.
-// With one split the CTA writes out and lse; with several, a partial state for
-// launch_split_combine(), which is launched as a programmatic dependent of this kernel: the CTAs
-// allow it once their K/V are read, so its launch overlaps their epilogue. When page statistics
+// registers) and loads those 16 keys itself, so the ring advances per warp (a warp barrier per
+// tile, a CTA barrier only per slot-table chunk); the warps merge through shared memory at the end.
+// With one split the CTA writes out and lse. With several, on sm_90 and up to
+// row_mma_cluster_splits() of them, the splits of one (row, head unit) are one thread-block
+// cluster: each leaves its normalised partial state in its shared memory, and after a cluster
+// barrier every used split merges a slice of the unit's outputs reading the others' states
+// through distributed shared memory (no global partials, no second kernel, no scratch to
+// allocate). With more splits, a partial state goes to global memory for launch_split_combine(),
+// launched as a programmatic dependent of this kernel: the CTAs allow it once their K/V are read,
+// so its launch overlaps their epilogue. The kernel itself is launched as a programmatic dependent
+// of whatever kernel precedes it on the stream (its first instruction waits for that kernel), so
+// its CTAs are scheduled while that kernel drains instead of after it. When page statistics
 // are asked for, every logit is also stored (AttnParams::logits), so the statistics come from this
 // pass (launch_page_mass_from_logits).
 // A row whose key list is short uses fewer splits (split_min_keys), so a sparse selection is not
 // spread over CTAs that would each do almost nothing; a row short enough for one split is written
 // by the row kernel and skipped by the combine (AttnParams::split_used), so a short block-sparse
 // row pays neither a merge nor a partial state's round trip.
+#include <cooperative_groups.h>
+
 #include "attention_mma.cuh"
 
 namespace sieve::kernels::cuda {
@@ -44,7 +54,65 @@ struct RowMmaSmem {
   static constexpr size_t kpos_bytes = size_t(kStages) * kTileKeys * 4;
   static constexpr size_t slot_bytes = 2 * size_t(kSlots) * 4;
   static constexpr size_t bytes = ring_bytes + q_bytes + kpos_bytes + slot_bytes;
+  // The CTA's merged partial state for the cluster merge: out [rows][D] and the log2-domain lse
+  // [rows], after the warps' states in the ring.
+  static constexpr size_t part_at = merge_bytes;
+  static_assert(part_at + (size_t(kRows) * D + kRows) * 4 <= ring_bytes, "the partial state fits in the ring");
 };
+
+// The cluster merge (AttnParams::cluster_merge): every CTA of the cluster (the splits of one row
+// and head unit, cluster rank = split) has its normalised partial out [nh][D] and log2-domain lse
+// in `part` / `part_lse` of its shared memory. The used splits (rank < n_used) each merge a slice
+// of the nh x D outputs by log-sum-exp over the used ranks' states, read through distributed
+// shared memory, and write out and lse. Two cluster barriers: the states are complete before
+// anyone reads them, and no CTA exits while another still reads its shared memory.
+template <int D>
+__device__ inline void cluster_merge(const AttnParams& p, int32_t tok, int32_t h0, int32_t nh, int32_t split,
+                                     int32_t n_used, float* part, float* part_lse) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();  // release / acquire: every CTA's state is visible cluster-wide
+  if (split < n_used) {
+    const float* rp[kMaxClusterSplits];
+    const float* rl[kMaxClusterSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      const unsigned rank = unsigned(s < n_used ? s : 0);
+      rp[s] = cl.map_shared_rank(part, rank);
+      rl[s] = cl.map_shared_rank(part_lse, rank);
+    }
+    for (int i = split * kThreads + int(threadIdx.x); i < nh * D; i += n_used * kThreads) {
+      const int row = i / D, d = i % D;
+      float ls[kMaxClusterSplits];
+      float mx = kNegInf;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        ls[s] = s < n_used ? rl[s][row] : kNegInf;
+        mx = fmaxf(mx, ls[s]);
+      }
+      float sum = 0.f, o = 0.f;
+      if (mx != kNegInf) {
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s) {
+          if (ls[s] == kNegInf) continue;  // an idle or empty split: weight 0
+          const float w = exp2f(ls[s] - mx);
+          sum += w;
+          o = fmaf(w, rp[s][row * D + d], o);
+        }
+      }
+      const int32_t h = h0 + row;
+      store_storage(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + d, sum > 0.f ? o / sum : 0.f);
+      if (d == 0) {
+        const float lse = sum > 0.f ? (mx + log2f(sum)) * kLn2 : kNegInf;
+        if (p.lse) p.lse[int64_t(tok) * p.hq + h] = lse;
+        if (p.lse_all) p.lse_all[int64_t(tok) * p.hq + h] = lse;
+      }
+    }
+  }
+  cl.sync();  // the other CTAs' shared memory is no longer read
+#endif
+}
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p) {
@@ -66,9 +134,12 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
   const int32_t r = blockIdx.x / units;
   const int32_t unit = blockIdx.x % units;
   const int32_t split = blockIdx.y;
+  // Everything below may read what the previous kernel on the stream wrote (a programmatic
+  // dependent launch): nothing is loaded before this.
+  pdl_wait();
 
   int32_t tok;
-  if (!row_token(p, r, tid == 0 && unit == 0 && split == 0, &tok)) return;
+  if (!row_token(p, r, tid == 0 && unit == 0 && split == 0, &tok)) return;  // the whole cluster
   const auto [kvh, h0, nh] = head_unit(p, unit);
   // With one query per row block (decode) the selection row follows from the token alone: its
   // indptr entries are loaded here, in flight with the sequence's page-table reads below instead
@@ -109,8 +180,13 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
   int32_t n_used = p.n_splits;
   if (p.split_min_keys > 0) n_used = max(1, min(p.n_splits, ceil_div_d(keys.n_keys, p.split_min_keys)));
   if (p.split_used && split == 0 && tid == 0) p.split_used[int64_t(r) * units + unit] = n_used;
-  if (split >= n_used) return;  // the row is short: the combine does not read this split
   const bool direct = n_used == 1;  // one split: out and lse are written here, no combine
+  // n_used is the same in every CTA of a cluster (it follows the row): all of them take part in
+  // the cluster merge's barriers, or (one split) none does and the idle ones leave now.
+  const bool cluster = p.cluster_merge && !direct;
+  // The row is short: the combine does not read this split; in a cluster merge it holds an empty
+  // state (no tiles below) that nobody reads.
+  if (split >= n_used && !cluster) return;
   const int32_t tiles_all = ceil_div_d(keys.n_keys, kTileKeys);
   const int32_t per = ceil_div_d(tiles_all, n_used);
   const int32_t t_begin = min(split * per, tiles_all);
@@ -148,9 +224,13 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
     fill_slots<kThreads>(p, keys, ch, sphys, spos0);
     __syncthreads();
     const int nt = ch.t1 - ch.t0;
+    // Each warp streams its own 16 keys of every tile (the only rows it reads) through the ring:
+    // a warp waits for its own copies, not for the slowest of the CTA's 2048 per tile, and no CTA
+    // barrier per tile holds the other warps' next loads back.
     auto load = [&](int i, int st) {
-      load_kv_tile<T, D, kThreads>(p, keys, ch, sphys, spos0, kvh, (ch.t0 + i) * kTileKeys, sk + st * L::tile,
-                                   sv + st * L::tile, skpos + st * kTileKeys);
+      load_kv_rows<T, D, 32, 16>(p, keys, ch, sphys, spos0, kvh, (ch.t0 + i) * kTileKeys + key0,
+                                 sk + st * L::tile + key0 * S, sv + st * L::tile + key0 * S,
+                                 skpos + st * kTileKeys + key0);
     };
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
@@ -159,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
     }
     for (int it = 0; it < nt; ++it) {
       cp_async_wait<kStages - 2>();  // this thread's copies of tile `it` landed
-      __syncthreads();               // everyone's did, and tile it - 1's stage is free again
+      __syncwarp();                  // the warp's did, and its rows of tile it - 1's stage are free again
       {
         const int nx = it + kStages - 1;
         if (nx < nt) load(nx, nx % kStages);
@@ -251,9 +331,10 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
     }
   }
 
-  // Every K/V byte is read: the split combine (a programmatic dependent launch, waiting for this
-  // grid to finish and flush) may be scheduled now, so its launch overlaps this epilogue.
-  if (p.n_splits > 1) pdl_launch_dependents();
+  // Every K/V byte is read: the split combine or the next kernel on the stream (programmatic
+  // dependent launches, waiting for this grid to finish and flush) may be scheduled now, so its
+  // launch overlaps this epilogue.
+  pdl_launch_dependents();
 
   // Merge the warps: partial states to shared memory (over the K/V ring), then per element.
   cp_async_wait<0>();
@@ -279,6 +360,8 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
   }
   __syncthreads();
 
+  float* part = reinterpret_cast<float*>(smem + L::part_at);  // cluster merge: [rows][D], lse [rows]
+  float* part_lse = part + kRows * D;
   for (int i = tid; i < nh * D; i += kThreads) {
     const int row = i / D, d = i % D;
     float mx = kNegInf;
@@ -296,7 +379,10 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
     const int32_t h = h0 + row;
     const float out = Lsum > 0.f ? O / Lsum : 0.f;  // a row that attended nothing outputs 0
     const float lse = Lsum > 0.f ? (mx + log2f(Lsum)) * kLn2 : kNegInf;
-    if (direct) {
+    if (cluster) {
+      part[row * D + d] = out;
+      if (d == 0) part_lse[row] = Lsum > 0.f ? mx + log2f(Lsum) : kNegInf;
+    } else if (direct) {
       store_storage(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + d, out);
       if (d == 0) {
         if (p.lse) p.lse[int64_t(tok) * p.hq + h] = lse;
@@ -308,6 +394,7 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
       if (d == 0) p.part_lse[slot] = lse;
     }
   }
+  if (cluster) cluster_merge<D>(p, tok, h0, nh, split, n_used, part, part_lse);
 }
 
 template <class T, int D>
@@ -316,8 +403,7 @@ cudaError_t launch_d(const AttnParams& p, cudaStream_t stream) {
   static unsigned long long smem_set = 0;  // devices whose limit is raised
   if (cudaError_t e = allow_dynamic_smem(row_mma_kernel<T, D>, smem, smem_set); e != cudaSuccess) return e;
   const dim3 grid(unsigned(p.n_work) * unsigned(p.hkv * p.chunks), unsigned(p.n_splits));
-  row_mma_kernel<T, D><<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(row_mma_kernel<T, D>, grid, smem, stream, p.cluster_merge ? unsigned(p.n_splits) : 1u, p);
 }
 
 template <class T>
@@ -333,11 +419,45 @@ cudaError_t launch_t(const AttnParams& p, cudaStream_t stream) {
 
 cudaError_t launch_row_attention_mma(const AttnParams& p, Storage kv_dt, cudaStream_t stream) {
   if (p.hg > kRows) return cudaErrorInvalidConfiguration;
+  if (p.cluster_merge && p.n_splits > kMaxClusterSplits) return cudaErrorInvalidConfiguration;
   return dispatch_cuda_storage(kv_dt, [&](auto t) {
     using T = typename decltype(t)::type;
     if constexpr (std::is_same_v<T, float>) return cudaErrorInvalidValue;  // f32 storage: the FMA row kernel
     else return launch_t<T>(p, stream);
   });
+}
+
+void row_mma_resident_clusters(int (&resident)[kMaxClusterSplits + 1]) {
+  for (int& r : resident) r = 0;
+  // This build's kernels must hold sm_90 code (cluster_merge() is empty below) and the device
+  // must have clusters. A failed query leaves no error behind: the combine kernel merges instead.
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return void(cudaGetLastError());
+  if (major < 9) return;
+  auto kernel = row_mma_kernel<__nv_bfloat16, 128>;
+  cudaFuncAttributes fa{};
+  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) return void(cudaGetLastError());
+  constexpr size_t smem = RowMmaSmem<128>::bytes;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return void(cudaGetLastError());
+  for (int s = 2; s <= kMaxClusterSplits; ++s) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(1, unsigned(s));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = unsigned(s);
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&resident[s], kernel, &cfg) != cudaSuccess) {
+      resident[s] = 0;
+      cudaGetLastError();
+    }
+  }
 }
 
 }  // namespace sieve::kernels::cuda

@@ -238,9 +238,17 @@ __device__ inline float cta_reduce(float v, bool is_max, float* scratch) {
 // w_s = exp(lse_s - max lse). Splits that held nothing have lse -inf (weight 0, their o unread);
 // with split_used, only the splits the row used are read.
 // The threads share the splits (a long context can have 256): no serial loop over global loads.
+// The partial outputs are read as float4 columns (head_dim is 8, 64 or 128: a multiple of 4), the
+// CTA's threads in head_dim / 4 columns x kThreads / (head_dim / 4) groups of splits, each with up
+// to kCombineBatch loads in flight, then the groups' sums are added in shared memory: 33 splits at
+// head_dim 128 are 2 rounds of loads per thread (one split per thread and round took 5).
 __global__ void __launch_bounds__(kThreads) split_combine_kernel(const AttnParams p) {
   extern __shared__ float sm_w[];  // [n_splits]
   __shared__ float red[kThreads / 32];
+  __shared__ float4 sums[kThreads];
+  // A kernel launched after this one as a programmatic dependent (the next attention call's row
+  // kernel) may be scheduled now; it waits for this grid's completion before reading anything.
+  pdl_launch_dependents();
   pdl_wait();  // launched as a programmatic dependent of the row kernel: its partials are complete
   const int32_t r = blockIdx.x, h = blockIdx.y;
   int32_t tok = r;
@@ -271,23 +279,44 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(const AttnParam
   }
   sum = cta_reduce(sum, false, red);  // its barriers also publish sm_w
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
-  for (int d = threadIdx.x; d < p.d; d += kThreads) {
-    // kCombineBatch independent loads in flight, then the sums in split order (the same result
-    // as a serial loop, which waited on one L2 round trip per split: ~33 in a row at batch 1).
-    const float* src = p.part_o + at * p.d + d;
-    float o = 0.f;
-    for (int s0 = 0; s0 < S; s0 += kCombineBatch) {
-      float v[kCombineBatch];
+
+  const int cols = p.d / 4;            // float4 columns of a row
+  const int groups = kThreads / cols;  // split groups
+  const int c = threadIdx.x % cols, g = threadIdx.x / cols;
+  const float4* src = reinterpret_cast<const float4*>(p.part_o + at * p.d) + c;
+  const int64_t split_stride = stride * cols;  // float4s between the splits of one (row, head)
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = g; s0 < S; s0 += groups * kCombineBatch) {
+    float4 v[kCombineBatch];
 #pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u) {
-        const int s = s0 + u;
-        v[u] = s < S && sm_w[s] > 0.f ? __ldg(src + s * stride * p.d) : 0.f;  // an idle split's o is unwritten
-      }
-#pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u)
-        if (s0 + u < S && sm_w[s0 + u] > 0.f) o = fmaf(sm_w[s0 + u], v[u], o);
+    for (int u = 0; u < kCombineBatch; ++u) {
+      const int s = s0 + u * groups;
+      v[u] = s < S && sm_w[s] > 0.f ? __ldg(src + s * split_stride)  // an idle split's o is unwritten
+                                    : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    store_storage(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * p.d + d, o * inv);
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) {
+      const int s = s0 + u * groups;
+      if (s >= S) break;
+      const float w = sm_w[s];
+      o.x = fmaf(w, v[u].x, o.x);
+      o.y = fmaf(w, v[u].y, o.y);
+      o.z = fmaf(w, v[u].z, o.z);
+      o.w = fmaf(w, v[u].w, o.w);
+    }
+  }
+  sums[threadIdx.x] = o;
+  __syncthreads();
+  if (g == 0) {
+    for (int k = 1; k < groups; ++k) {
+      const float4 x = sums[k * cols + c];
+      o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
+    }
+    const int64_t base = (int64_t(tok) * p.hq + h) * p.d + 4 * c;
+    store_storage(p.out, p.out_dt, base, o.x * inv);
+    store_storage(p.out, p.out_dt, base + 1, o.y * inv);
+    store_storage(p.out, p.out_dt, base + 2, o.z * inv);
+    store_storage(p.out, p.out_dt, base + 3, o.w * inv);
   }
   if (threadIdx.x == 0) {
     const float lse = sum > 0.f ? mx + logf(sum) : kNegInf;
@@ -338,17 +367,8 @@ cudaError_t launch_split_combine(const AttnParams& p, cudaStream_t stream) {
   // A programmatic dependent launch: the combine's CTAs may be scheduled while the row kernel
   // finishes (the tensor-core row kernel allows it once its K/V are read); pdl_wait() in the
   // kernel then waits for the row kernel's completion. Captured into CUDA graphs as such an edge.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(p.n_work), unsigned(p.hq));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = padded_smem_floats(size_t(p.n_splits));
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, split_combine_kernel, p);
+  return launch_pdl(split_combine_kernel, dim3(unsigned(p.n_work), unsigned(p.hq)),
+                    padded_smem_floats(size_t(p.n_splits)), stream, 1, p);
 }
 
 }  // namespace sieve::kernels::cuda

@@ -37,6 +37,10 @@ struct CudaAttentionPlan {
                             // "variant-mma"
   int kv_splits = 1;        // split-KV CTAs per (row, head unit); an upper bound for row-mma
   int heads_per_cta = 1;    // query heads that share each K/V load
+  // How split-KV partial states are merged: "none" (one split), "cluster" (row-mma on sm_90 with
+  // at most 8 splits: a thread-block cluster through distributed shared memory, in the row
+  // kernel) or "combine" (a second kernel over partials in global memory).
+  const char* merge = "none";
 };
 // Fills *plan; on refusal returns the status attend_cuda would and writes *error. Host-only, like
 // cuda_attention_kv_splits.
