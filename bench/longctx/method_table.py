@@ -384,7 +384,7 @@ def main():
             # The mass-cover prefill reports its density on the CPU only: the calibration's stands beside it.
             for f in cal.tau.values():
                 if f in r["chain"]:
-                    r["calibrated"] = tau_summary(f)
+                    r["calibrated"] = dict(tau_summary(f) or {}, length=cal.tau_length)
             rows.append(r)
             save()
             print(f"[{time.time() - t0:6.1f} s] {r['task']} {r['length']} {r['method']} "

@@ -20,10 +20,11 @@ DEFAULT_JSON = os.path.join(SOURCE, "docs", "results", "longctx.json")
 def kept(row):
     """The share of the context a row's method keeps: 1/F for a budget of 1/F, the calibrated
     density for the mass-cover prefill (dpxa, deltax), 1 - kv_reduction for Delta-KV's packing;
-    None when the run reported none."""
+    None when the run reported none. (The calibrated density is that of the calibration's length,
+    j["calibration"]; at another length the same τ keeps another share.)"""
     if "fraction" in row:
         return 1 / row["fraction"]
-    if row.get("calibrated"):
+    if row.get("calibrated", {}).get("density") is not None:
         return row["calibrated"]["density"]
     red = row.get("metrics", {}).get("kv_reduction")
     return None if red is None else 1 - red
@@ -110,6 +111,8 @@ def longctx_section(path, out_dir, notes):
     for phase, f in zip(("decode", "prefill"), LONGCTX_FIGURES):
         plot(j, phase, os.path.join(out_dir, f))
     rel = os.path.relpath(path, SOURCE)
+    own = [[r["method"], r["task"], r["length"], r.get("setting"), kept(r), r["dense"]["accuracy"],
+            r["chain_score"]["accuracy"]] for r in ok_rows(j) if "setting" in r]
     n_err = sum("error" in r for r in j["rows"])
     if n_err or j.get("skipped"):
         notes.append(f"long-context tasks: {n_err} cells failed and {len(j.get('skipped', []))} were skipped "
@@ -120,14 +123,12 @@ def longctx_section(path, out_dir, notes):
         f"synthetic retrieval tasks) on held-out task instances (seed {j['seed']}, {j['instances']} per cell), "
         f"every policy against dense on the same instances; device `{j['device']}`, from `{rel}` "
         f"(`{j['command']}`, {j['seconds']} s). Accuracy = graded tokens right, teacher-forced. The mass-cover "
-        "prefill (dpxa, deltax) and Delta-KV have no budget knob: they stand at their calibrated density or "
-        "measured kept share. Claims and findings: `docs/results/longctx.md`.", "",
+        "prefill (dpxa, deltax) and Delta-KV have no budget knob: they stand at their calibrated density (that of "
+        "the calibration's length, the same τ at every length) or measured kept share. Claims and findings: `docs/results/longctx.md`.", "",
         f"![long-context decode]({LONGCTX_FIGURES[0]})", "", budget_table(j, "decode"), "",
         f"![long-context prefill]({LONGCTX_FIGURES[1]})", "", budget_table(j, "prefill"), "",
         "Prefill methods at their own operating point:", "",
-        md_table(["method", "task", "ctx", "setting", "kept", "dense", "accuracy"],
-                 [[r["method"], r["task"], r["length"], r.get("setting"), kept(r), r["dense"]["accuracy"],
-                   r["chain_score"]["accuracy"]] for r in ok_rows(j) if "setting" in r]),
+        md_table(["method", "task", "ctx", "setting", "kept", "dense", "accuracy"], own) if own else "none",
         ""])
 
 
