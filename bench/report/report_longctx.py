@@ -1,8 +1,9 @@
 """The report's long-context section: task accuracy against budget, per method and context length,
 from the method table bench/longctx/method_table.py wrote on the GPU machine (committed as
-docs/results/longctx.json). Run alone it prints that JSON's full table in Markdown:
+docs/results/longctx.json). Run alone it prints that JSON's full table in Markdown, or with
+--claims the papers' claims as pairs of methods on the same cells:
 
-    python3 bench/report/report_longctx.py docs/results/longctx.json
+    python3 bench/report/report_longctx.py docs/results/longctx.json [--claims]
 """
 import json
 import os
@@ -95,6 +96,50 @@ def full_table(j):
                      "exact 95% CI", "KL mean", "top-1", "kept"], out)
 
 
+# The papers' claims (issue 23) as pairs of methods on the same cells: (claim, method A, method B).
+CLAIMS = [
+    ("DELTA at least as accurate as Quest at equal budget", "delta", "quest"),
+    ("DELTA at least as accurate as Quest at equal budget (sparsest DELTA: layer 0 the only Δ-layer)",
+     "delta select_layers=[0]", "quest"),
+    ("SeerAttention-R above Quest", "seer", "quest"),
+    ("SeerAttention-R close to its oracle", "seer", "seer oracle"),
+    ("RaaS near Quest (RaaS selecting in the prompt too)", "raas prefill_policy=quest", "quest"),
+    ("DPXA above XAttention at matched density (same calibrated target r)", "dpxa dpxa", "dpxa xattn"),
+    ("DPXA above the naive stride estimator (same target r)", "dpxa dpxa", "dpxa stride"),
+    ("Delta-KV above periodic compression (same reduction)", "deltakv", "deltakv periodic matched"),
+    ("Delta-KV above random compression (same reduction)", "deltakv", "deltakv random matched"),
+    ("Δ-correction pulls a streaming prefill toward dense", "streaming prefill + delta_correction",
+     "streaming prefill"),
+]
+
+
+def claims(j):
+    """Per claim: A and B on every cell both ran (task, length, budget or setting), the accuracy
+    difference, and the count of cells where A is above / level with / below B."""
+    cells = {}
+    for r in ok_rows(j):
+        point = r.get("fraction", r.get("setting"))
+        if r["method"].endswith(" matched"):
+            point = "default"  # matched to the default Delta-KV run of the same cell
+        cells[(r["method"], r["task"], r["length"], point)] = r
+    out = []
+    for claim, a, b in CLAIMS:
+        rows, above, level, below = [], 0, 0, 0
+        for (m, task, L, point), ra in sorted(cells.items(), key=lambda kv: str(kv[0])):
+            rb = cells.get((b, task, L, point))
+            if m != a or rb is None:
+                continue
+            x, y = ra["chain_score"]["accuracy"], rb["chain_score"]["accuracy"]
+            above, level, below = above + (x > y), level + (x == y), below + (x < y)
+            rows.append([task, L, f"1/{point}" if isinstance(point, int) else point, ra["dense"]["accuracy"], x, y,
+                         f"{x - y:+.3f}", ra["kl_mean"], rb["kl_mean"]])
+        out += [f"**{claim}**: `{a}` against `{b}` — above in {above}, level in {level}, below in {below} of "
+                f"{len(rows)} cells.", ""]
+        if rows:
+            out += [md_table(["task", "ctx", "budget", "dense", "A acc", "B acc", "A − B", "A KL", "B KL"], rows), ""]
+    return "\n".join(out)
+
+
 def longctx_section(path, out_dir, notes):
     """The section's Markdown (its heading included); its two figures written into out_dir."""
     j = json.load(open(path)) if path and os.path.exists(path) else None
@@ -133,4 +178,5 @@ def longctx_section(path, out_dir, notes):
 
 
 if __name__ == "__main__":
-    print(full_table(json.load(open(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_JSON))))
+    data = json.load(open(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_JSON))
+    print(claims(data) if "--claims" in sys.argv else full_table(data))
