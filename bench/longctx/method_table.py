@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,7 +60,7 @@ class Calibration:
         self.log = []
         self.delta = {}  # length -> (dense_layers, select_layers)
         self.tau = {}  # (length, estimator, target) -> thresholds file
-        self.gate = None
+        self.gate = os.path.join(self.dir, "seer_gate.safetensors")
         self.tau_length = None
 
     def run(self, cmd, out=None):
@@ -93,8 +94,6 @@ class Calibration:
         if "delta" in need:
             for L in lengths:
                 jobs.append(("delta", L, None, None))
-        if need & {"seer"}:
-            jobs.insert(0, ("seer", None, None, None))  # the longest: first
         if need & {"dpxa", "deltax"}:
             # τ is a share of each row's estimated mass: calibrated at one length (the shortest: its
             # f64 exact masses cost a quarter of twice the length's), used at every length.
@@ -121,24 +120,25 @@ class Calibration:
                           self.prompts(L), "--estimator", e, "--target", str(r), "--device", a.device,
                           "--out", f])
                 return job, f
-            g = os.path.join(self.dir, "seer_gate.safetensors")
-            if os.path.exists(g):
-                return job, g
-            self.run([a.sieve, "distill-gate", "--model", MODEL, "--out", g, "--block", str(SEER_BLOCK),
-                      "--tokens", str(a.gate_tokens), "--sequences", str(a.gate_sequences), "--held-out", "4",
-                      "--steps", str(a.gate_steps)], os.path.join(self.dir, "seer_gate.log"))
-            return job, g
 
         with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
             for job, res in ex.map(one, jobs):
                 kind, L, e, r = job
                 if kind == "delta":
                     self.delta[L] = (res["dense_layers"], res["select_layers"])
-                elif kind == "dpxa":
+                else:
                     for length in lengths:
                         self.tau[(length, e, r)] = res
-                else:
-                    self.gate = res
+
+    def make_gate(self):
+        """The seer gate (`sieve distill-gate`, CPU) unless the file is there: run beside the other
+        cells, the seer cells wait for it."""
+        a = self.a
+        if not os.path.exists(self.gate):
+            os.makedirs(self.dir, exist_ok=True)
+            self.run([a.sieve, "distill-gate", "--model", MODEL, "--out", self.gate, "--block", str(SEER_BLOCK),
+                      "--tokens", str(a.gate_tokens), "--sequences", str(a.gate_sequences), "--held-out", "4",
+                      "--steps", str(a.gate_steps)], os.path.join(self.dir, "seer_gate.log"))
 
 
 def plugin_schema(sieve, name):
@@ -333,6 +333,8 @@ def main():
     else:
         cal.prepare(lengths, methods)
         if a.calibrate_only:
+            if "seer" in methods:
+                cal.make_gate()
             json.dump(cal.log, open(os.path.join(cal.dir, "calibration_log.json"), "w"), indent=1)
             print(f"calibrations in {cal.dir} ({time.time() - t0:.0f} s)")
             return
@@ -393,7 +395,25 @@ def main():
                      f"acc {r['chain_score']['accuracy']:.3f} exact {r['chain_score']['exact']:.3f} "
                      f"(dense {r['dense']['accuracy']:.3f}) KL {r['kl_mean']:.3g} {r['seconds']} s"), flush=True)
 
-    submit(cells)
+    def gate_job():
+        try:
+            cal.make_gate()
+        except RuntimeError as e:  # its command and stderr are in calibration.runs
+            print(f"seer gate: {e}", flush=True)
+
+    seer = [c for c in cells if c[2] == "seer"]
+    gate = threading.Thread(target=gate_job)
+    if seer:
+        gate.start()
+    submit([c for c in cells if c[2] != "seer"])
+    if seer:
+        gate.join()
+        if os.path.exists(cal.gate):
+            submit(seer)
+        else:
+            rows.extend(dict(task=c[0], length=c[1], method=c[2], phase=c[3], chain=c[5],
+                             error="the gate was not distilled (calibration.runs)") for c in seer)
+            save()
     # Periodic and random packing at the reduction Delta-KV's threshold reached on the same instances.
     submit([(r["task"], r["length"]) + c for r in list(rows) if r["method"] == "deltakv" and "error" not in r
             and r["metrics"].get("kv_reduction") is not None for c in matched_cells(r["metrics"]["kv_reduction"])])
