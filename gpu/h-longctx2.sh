@@ -5,8 +5,8 @@
 # positions and no scaling: nothing longer), tasks passkey and copy, 16 held-out instances per cell
 # (seed 1000), the CPU-only seer oracle on 8 instances beside them on the host's cores.
 # Calibrations (Δ-layers, dpxa τ, the seer gate) are the committed ones in bench/longctx/calib; one
-# missing is made there (the seer gate on the host's CPU beside the other cells) and comes back in
-# $OUT/calib.tgz.
+# missing is made there (the seer gate on the host's CPU beside the other cells); the directory as
+# used comes back in $OUT/calib.tgz.
 # Build: $SIEVE_BUILD as it is when set, else the CLI and the plugins into build-longctx2.
 # Stops itself within LIMIT seconds (default 360); the JSON is rewritten after every cell.
 # Comes back in $OUT: longctx.json, longctx.log, build.log (and calib.tgz).
@@ -36,6 +36,5 @@ timeout $left python3 bench/longctx/method_table.py --sieve "$B/bin/sieve" --dev
   --tasks passkey,copy --instances 16 --oracle-instances 8 --fractions 4,8,16,32 --jobs 6 --cpu-jobs 6 \
   --deadline $(( left - 75 )) > "$OUT/longctx.log" 2>&1
 echo "method_table rc=$? after $(( $(date +%s) - t0 )) s"
-made=$(git ls-files --others --exclude-standard bench/longctx/calib 2>/dev/null)
-[ -n "$made" ] && tar czf "$OUT/calib.tgz" $made
+tar czf "$OUT/calib.tgz" bench/longctx/calib  # as used (with what was made here)
 tail -3 "$OUT/longctx.log"
