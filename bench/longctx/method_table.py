@@ -58,6 +58,7 @@ class Calibration:
         self.a = a
         self.dir = a.calib_dir or os.path.join(a.work, "calib")
         self.log = []
+        self.procs = []
         self.delta = {}  # length -> (dense_layers, select_layers)
         self.tau = {}  # (length, estimator, target) -> thresholds file
         self.gate = os.path.join(self.dir, "seer_gate.safetensors")
@@ -65,15 +66,22 @@ class Calibration:
 
     def run(self, cmd, out=None):
         t0 = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        self.log.append({"command": " ".join(cmd), "rc": r.returncode, "seconds": round(time.time() - t0, 2),
-                         "stderr_tail": r.stderr[-400:]})
-        if r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()[-400:]}")
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)  # stop() ends it if the table is done first
+        stdout, stderr = p.communicate()
+        self.log.append({"command": " ".join(cmd), "rc": p.returncode, "seconds": round(time.time() - t0, 2),
+                         "stderr_tail": stderr[-400:]})
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {stderr.strip()[-400:]}")
         if out:
             with open(out, "w") as f:
-                f.write(r.stdout)
-        return r.stdout
+                f.write(stdout)
+        return stdout
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
 
     def prompts(self, length):
         # Instances 16 tokens short of the length: calibrate delta decodes 16 steps after them.
@@ -402,7 +410,7 @@ def main():
             print(f"seer gate: {e}", flush=True)
 
     seer = [c for c in cells if c[2] == "seer"]
-    gate = threading.Thread(target=gate_job)
+    gate = threading.Thread(target=gate_job, daemon=True)
     if seer:
         gate.start()
     submit([c for c in cells if c[2] != "seer"])
@@ -419,6 +427,7 @@ def main():
             and r["metrics"].get("kv_reduction") is not None for c in matched_cells(r["metrics"]["kv_reduction"])])
     for p in pools.values():
         p.shutdown()
+    cal.stop()  # a gate still distilling past the deadline
     save()
     print(f"{len(rows)} rows ({sum('error' in r for r in rows)} errors), {len(skipped)} skipped, "
           f"{time.time() - t0:.0f} s -> {a.out}")
