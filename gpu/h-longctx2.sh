@@ -9,6 +9,7 @@
 # used comes back in $OUT/calib.tgz.
 # Build: $SIEVE_BUILD as it is when set, else the CLI and the plugins into build-longctx2.
 # Stops itself within LIMIT seconds (default 360); the JSON is rewritten after every cell.
+# A smaller slice: TABLE_ARGS="--lengths 8192 --fractions 8,32" LIMIT=150 MARGIN=45.
 # Comes back in $OUT: longctx.json, longctx.log, build.log (and calib.tgz).
 set -uo pipefail
 : "${OUT:?OUT must name the output folder}"
@@ -30,11 +31,14 @@ if [ -z "$B" ]; then
 fi
 echo "build: $(( $(date +%s) - t0 )) s (B=$B)"
 left=$(( LIMIT - ($(date +%s) - t0) - 10 ))
-# No cell starts in the last 75 s: an 8K cell takes a few seconds on the GPU, an oracle cell ~1 min.
+# No cell starts in the last MARGIN s (an 8K GPU cell takes a few seconds, an 8K oracle cell on the
+# CPU up to ~1 min); a seer gate still distilling may go on until the end.
+MARGIN=${MARGIN:-75}
+TABLE_ARGS=${TABLE_ARGS:---lengths 4096,8192 --fractions 4,8,16,32}
 timeout $left python3 bench/longctx/method_table.py --sieve "$B/bin/sieve" --device cuda \
-  --out "$OUT/longctx.json" --work "$OUT" --calib-dir bench/longctx/calib --lengths 4096,8192 \
-  --tasks passkey,copy --instances 16 --oracle-instances 8 --fractions 4,8,16,32 --jobs 6 --cpu-jobs 6 \
-  --deadline $(( left - 75 )) > "$OUT/longctx.log" 2>&1
+  --out "$OUT/longctx.json" --work "$OUT" --calib-dir bench/longctx/calib $TABLE_ARGS \
+  --tasks passkey,copy --instances 16 --oracle-instances 8 --jobs 6 --cpu-jobs 6 \
+  --gate-sequences 8 --deadline $(( left - MARGIN )) --stop $(( left - 5 )) > "$OUT/longctx.log" 2>&1
 echo "method_table rc=$? after $(( $(date +%s) - t0 )) s"
 tar czf "$OUT/calib.tgz" bench/longctx/calib  # as used (with what was made here)
 tail -3 "$OUT/longctx.log"

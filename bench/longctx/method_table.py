@@ -90,7 +90,11 @@ class Calibration:
     def prepare(self, lengths, need):
         a = self.a
         os.makedirs(self.dir, exist_ok=True)
-        self.tau_length = min(lengths)
+        self.tau_length = a.tau_length
+        if not os.path.exists(self.prompts(self.tau_length)):
+            subprocess.run([sys.executable, os.path.join(HERE, "task_text.py"), "--sieve", a.sieve, "--out-dir",
+                            self.dir, "--tasks", a.tasks, "--length", str(self.tau_length - 16), "--instances",
+                            str(a.calib_instances), "--seed", str(a.calib_seed)], check=True, capture_output=True)
         for L in lengths:
             if os.path.exists(self.prompts(L)):
                 continue
@@ -103,7 +107,7 @@ class Calibration:
             for L in lengths:
                 jobs.append(("delta", L, None, None))
         if need & {"dpxa", "deltax"}:
-            # τ is a share of each row's estimated mass: calibrated at one length (the shortest: its
+            # τ is a share of each row's estimated mass: calibrated at one length (--tau-length: its
             # f64 exact masses cost a quarter of twice the length's), used at every length.
             for e in DPXA_ESTIMATORS:
                 for r in DPXA_TARGETS:
@@ -313,6 +317,7 @@ def main():
     ap.add_argument("--fractions", default="4,8,16,32")
     ap.add_argument("--methods", default="streaming,quest,raas,delta,seer,dpxa,deltax,deltakv",
                     help="first words of the methods to run (e.g. 'quest,seer')")
+    ap.add_argument("--tau-length", type=int, default=4096, help="context length the dpxa τ are calibrated at")
     ap.add_argument("--gate-tokens", type=int, default=2048)
     ap.add_argument("--gate-sequences", type=int, default=16)
     ap.add_argument("--gate-steps", type=int, default=300)
@@ -326,6 +331,9 @@ def main():
     ap.add_argument("--calibrate-only", action="store_true", help="make the calibrations and stop")
     ap.add_argument("--check-chains", action="store_true",
                     help="only check every cell's chain against the plugins' schemas (placeholder calibration)")
+    ap.add_argument("--stop", type=float, default=0,
+                    help="seconds after which a calibration still running (the seer gate) is ended "
+                         "(0: when the last cell is done)")
     ap.add_argument("--require-ok", action="store_true", help="exit 1 when a cell failed or was skipped (CI)")
     a = ap.parse_args()
     t0 = time.time()
@@ -427,7 +435,9 @@ def main():
             and r["metrics"].get("kv_reduction") is not None for c in matched_cells(r["metrics"]["kv_reduction"])])
     for p in pools.values():
         p.shutdown()
-    cal.stop()  # a gate still distilling past the deadline
+    if seer and gate.is_alive():  # let the gate finish for the next run (calib dir) until --stop
+        gate.join(timeout=max(0.0, a.stop - (time.time() - t0)))
+    cal.stop()  # a gate still distilling past --stop
     save()
     print(f"{len(rows)} rows ({sum('error' in r for r in rows)} errors), {len(skipped)} skipped, "
           f"{time.time() - t0:.0f} s -> {a.out}")
