@@ -177,6 +177,29 @@ def longctx_section(path, out_dir, notes):
         ""])
 
 
+def update_readme(out_dir, path, before):
+    """Rewrite only this section (and its figures) of the README in out_dir from the JSON at path; the
+    other sections keep their measurements. Without the section yet, it goes before the heading
+    `before`. Returns the notes the section made."""
+    readme = os.path.join(out_dir, "README.md")
+    text = open(readme).read()
+    notes = []
+    section = longctx_section(path, out_dir, notes)
+    section += ("\n*This section was rewritten alone by `python3 bench/report/sieve_report.py --update-longctx`; "
+                "the other sections are those of the run named at the top.*\n")
+    start = text.find(LONGCTX_SECTION)
+    if start < 0:
+        start = end = text.find(before)
+        if start < 0:
+            raise RuntimeError(f"{readme} has neither '{LONGCTX_SECTION}' nor '{before}'")
+    else:
+        end = min(i for i in (text.find("\n## ", start + 1), text.find("\n### ", start + 1), len(text)) if i >= 0)
+        end += 1 if end < len(text) else 0
+    with open(readme, "w") as f:
+        f.write(text[:start] + section + "\n" + text[end:])
+    return notes
+
+
 if __name__ == "__main__":
     data = json.load(open(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_JSON))
     print(claims(data) if "--claims" in sys.argv else full_table(data))

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 
 from report_util import HERE, SOURCE, Runner, caption, cpu_name, fmt, md_table
 from report_gpu import load_gpu_results, speed_gpu, targets
-from report_longctx import DEFAULT_JSON, LONGCTX_FIGURES, LONGCTX_SECTION, longctx_section
+from report_longctx import DEFAULT_JSON, LONGCTX_FIGURES, LONGCTX_SECTION, longctx_section, update_readme
 
 # Sections the README always has, in order (the CI check looks for each).
 SECTIONS = [
@@ -422,11 +422,18 @@ def main():
     ap.add_argument("--longctx-json", default=DEFAULT_JSON,
                     help="the long-context method table (bench/longctx/method_table.py; "
                          "default: docs/results/longctx.json)")
+    ap.add_argument("--update-longctx", action="store_true",
+                    help="only rewrite the long-context section of the README in --out from --longctx-json "
+                         "(the other sections keep their measurements; no tool runs)")
     ap.add_argument("--check", metavar="DIR", help="only verify a written report in DIR")
     ap.add_argument("--verbose", action="store_true", help="print each command")
     a = ap.parse_args()
     if a.check:
         return check(a.check)
+    if a.update_longctx:
+        for n in update_readme(a.out, a.longctx_json, SECTIONS[3]):
+            print(f"sieve_report: {n}", file=sys.stderr)
+        return 0
     try:
         return write_report(a)
     except RuntimeError as e:
