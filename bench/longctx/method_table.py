@@ -23,7 +23,9 @@ import concurrent.futures as cf
 import json
 import math
 import os
+import platform
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -371,13 +373,19 @@ def main():
         print(f"{len(cells)} cells, {len(set(c[5] for c in cells))} chains: every name and enum value is in the schemas")
         return
     rows, skipped = [], []
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    device_name = platform.processor() or platform.machine()
+    if a.device.startswith("cuda"):
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True) if shutil.which("nvidia-smi") else None
+        device_name = smi.stdout.strip().splitlines()[0] if smi and smi.returncode == 0 and smi.stdout.strip() else "?"
     # The CPU-only oracle gets its own pool beside the device's, so both run at once.
     pools = {"device": cf.ThreadPoolExecutor(max_workers=a.jobs),
              "cpu": cf.ThreadPoolExecutor(max_workers=a.cpu_jobs)}
 
     def save():
         """The JSON as it stands (after every cell: a device call's time limit keeps what was done)."""
-        out = {"model": MODEL, "device": a.device, "instances": a.instances,
+        out = {"model": MODEL, "device": a.device, "device_name": device_name, "date": date, "instances": a.instances,
                "oracle_instances": a.oracle_instances or a.instances, "seed": a.seed,
                "calib_seed": a.calib_seed, "lengths": lengths, "fractions": fractions,
                "command": " ".join(sys.argv), "calibration": {
