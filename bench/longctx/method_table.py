@@ -32,8 +32,6 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import task_text  # noqa: E402
 
 MODEL = "hosts/sieve/models/longctx"
 DPXA_TARGETS = (0.5, 0.8, 0.9, 0.95)
@@ -93,16 +91,11 @@ class Calibration:
         a = self.a
         os.makedirs(self.dir, exist_ok=True)
         self.tau_length = a.tau_length
-        if not os.path.exists(self.prompts(self.tau_length)):
-            subprocess.run([sys.executable, os.path.join(HERE, "task_text.py"), "--sieve", a.sieve, "--out-dir",
-                            self.dir, "--tasks", a.tasks, "--length", str(self.tau_length - 16), "--instances",
-                            str(a.calib_instances), "--seed", str(a.calib_seed)], check=True, capture_output=True)
-        for L in lengths:
-            if os.path.exists(self.prompts(L)):
-                continue
-            subprocess.run([sys.executable, os.path.join(HERE, "task_text.py"), "--sieve", a.sieve, "--out-dir",
-                            self.dir, "--tasks", a.tasks, "--length", str(L - 16), "--instances",
-                            str(a.calib_instances), "--seed", str(a.calib_seed)], check=True, capture_output=True)
+        for L in sorted(set(lengths) | {self.tau_length}):
+            if not os.path.exists(self.prompts(L)):
+                subprocess.run([sys.executable, os.path.join(HERE, "task_text.py"), "--sieve", a.sieve, "--out-dir",
+                                self.dir, "--tasks", a.tasks, "--length", str(L - 16), "--instances",
+                                str(a.calib_instances), "--seed", str(a.calib_seed)], check=True, capture_output=True)
         tok = os.path.join(self.dir, "tok256.bin")
         jobs = []
         if "delta" in need:
