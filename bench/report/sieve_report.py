@@ -26,7 +26,7 @@ import time
 import matplotlib.pyplot as plt
 
 from report_util import HERE, SOURCE, Runner, caption, cpu_name, fmt, md_table
-from report_gpu import load_gpu_results, speed_gpu, targets
+from report_gpu import load_gpu_results, policy_records, speed_gpu, targets
 from report_longctx import DEFAULT_JSON, LONGCTX_FIGURES, LONGCTX_SECTION, longctx_section, update_readme
 
 # Sections the README always has, in order (the CI check looks for each).
