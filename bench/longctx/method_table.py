@@ -26,6 +26,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -38,6 +39,33 @@ DPXA_TARGETS = (0.5, 0.8, 0.9, 0.95)
 DPXA_ESTIMATORS = ("dpxa", "xattn", "stride")
 SEER_BLOCK = 64
 SINK = 16
+
+
+RUNNING = set()  # the cells' sieve processes, ended with the table (SIGTERM from a time limit)
+RUNNING_LOCK = threading.Lock()
+CALIBRATION_PROCS = []  # the calibration tools' processes (Calibration.run)
+
+
+def run_tracked(cmd):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with RUNNING_LOCK:
+        RUNNING.add(p)
+    out, err = p.communicate()
+    with RUNNING_LOCK:
+        RUNNING.discard(p)
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def end_running(signum, frame):
+    """SIGTERM (`timeout`): end every sieve process still running and exit; the JSON holds every
+    cell done so far (it is rewritten after each)."""
+    with RUNNING_LOCK:
+        for p in RUNNING:
+            p.kill()
+    for p in CALIBRATION_PROCS:
+        if p.poll() is None:
+            p.kill()
+    os._exit(124)
 
 
 def wilson(k, n, z=1.96):
@@ -58,7 +86,7 @@ class Calibration:
         self.a = a
         self.dir = a.calib_dir or os.path.join(a.work, "calib")
         self.log = []
-        self.procs = []
+        self.procs = CALIBRATION_PROCS
         self.delta = {}  # length -> (dense_layers, select_layers)
         self.tau = {}  # (length, estimator, target) -> thresholds file
         self.gate = os.path.join(self.dir, "seer_gate.safetensors")
@@ -273,7 +301,7 @@ def run_cell(a, task, L, method, phase, budget, chain):
     cmd = [a.sieve, "eval", "--model", MODEL, "--task", task, "--length", str(L), "--instances", str(n),
            "--seed", str(a.seed), "--device", device, "--no-attention-metrics", "--json", "--chain", chain]
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = run_tracked(cmd)
     row = {"task": task, "length": L, "method": method, "phase": phase, "chain": chain, "device": device,
            "command": "sieve " + " ".join(cmd[1:]), "seconds": round(time.time() - t0, 2)}
     if isinstance(budget, int):
@@ -331,6 +359,7 @@ def main():
                          "(0: when the last cell is done)")
     ap.add_argument("--require-ok", action="store_true", help="exit 1 when a cell failed or was skipped (CI)")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, end_running)
     t0 = time.time()
     a.work = a.work or os.path.dirname(os.path.abspath(a.out))
     lengths = [int(x) for x in a.lengths.split(",")]
@@ -418,6 +447,7 @@ def main():
         except RuntimeError as e:  # its command and stderr are in calibration.runs
             print(f"seer gate: {e}", flush=True)
 
+    save()  # a JSON from the start, even if the time limit ends the run before the first cell
     seer = [c for c in cells if c[2] == "seer"]
     gate = threading.Thread(target=gate_job, daemon=True)
     if seer:
