@@ -362,6 +362,7 @@ def main():
     signal.signal(signal.SIGTERM, end_running)
     t0 = time.time()
     a.work = a.work or os.path.dirname(os.path.abspath(a.out))
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     lengths = [int(x) for x in a.lengths.split(",")]
     fractions = [int(x) for x in a.fractions.split(",")]
     methods = set(a.methods.split(","))
