@@ -402,9 +402,16 @@ def main():
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                              text=True) if shutil.which("nvidia-smi") else None
         device_name = smi.stdout.strip().splitlines()[0] if smi and smi.returncode == 0 and smi.stdout.strip() else "?"
-    # The CPU-only oracle gets its own pool beside the device's, so both run at once.
+    # The CPU-only oracle gets its own pool beside the device's, so both run at once; the cells that
+    # wait for something (the seer gate, Delta-KV's measured reduction) get a third, so they do not
+    # queue behind every other cell.
     pools = {"device": cf.ThreadPoolExecutor(max_workers=a.jobs),
-             "cpu": cf.ThreadPoolExecutor(max_workers=a.cpu_jobs)}
+             "cpu": cf.ThreadPoolExecutor(max_workers=a.cpu_jobs),
+             "later": cf.ThreadPoolExecutor(max_workers=2)}
+    lock = threading.RLock()
+    pending = []
+    seer = [c for c in cells if c[2] == "seer"]
+    seer_launched = []
 
     def save():
         """The JSON as it stands (after every cell: a device call's time limit keeps what was done)."""
@@ -420,16 +427,11 @@ def main():
             json.dump(out, f, indent=1)
         os.replace(a.out + ".tmp", a.out)
 
-    def submit(batch):
-        futs = []
-        for c in batch:
-            pool = pools["cpu" if cell_device(a, c[2]) == "cpu" and a.device != "cpu" else "device"]
-            futs.append(pool.submit(lambda c=c: run_cell(a, *c) if time.time() - t0 < a.deadline else None))
-        for c, f in zip(batch, futs):
-            r = f.result()
+    def record(c, r):
+        with lock:
             if r is None:
                 skipped.append({"task": c[0], "length": c[1], "method": c[2], "chain": c[5]})
-                continue
+                return
             # The mass-cover prefill reports its density on the CPU only: the calibration's stands beside it.
             for f in cal.tau.values():
                 if f in r["chain"]:
@@ -441,34 +443,50 @@ def main():
                   + (f"error {r['error']}" if "error" in r else
                      f"acc {r['chain_score']['accuracy']:.3f} exact {r['chain_score']['exact']:.3f} "
                      f"(dense {r['dense']['accuracy']:.3f}) KL {r['kl_mean']:.3g} {r['seconds']} s"), flush=True)
+            # Periodic and random packing at the reduction Delta-KV's threshold reached on the same instances.
+            if r["method"] == "deltakv" and "error" not in r and r["metrics"].get("kv_reduction") is not None:
+                launch([(r["task"], r["length"]) + m for m in matched_cells(r["metrics"]["kv_reduction"])], "later")
+
+    def task(c):
+        record(c, run_cell(a, *c) if time.time() - t0 < a.deadline else None)
+
+    def launch(batch, pool=None):
+        with lock:
+            for c in batch:
+                name = pool or ("cpu" if cell_device(a, c[2]) == "cpu" and a.device != "cpu" else "device")
+                pending.append(pools[name].submit(task, c))
 
     def gate_job():
         try:
             cal.make_gate()
         except RuntimeError as e:  # its command and stderr are in calibration.runs
             print(f"seer gate: {e}", flush=True)
+            return
+        if time.time() - t0 < a.deadline:
+            seer_launched.append(True)
+            launch(seer, "later")
 
     save()  # a JSON from the start, even if the time limit ends the run before the first cell
-    seer = [c for c in cells if c[2] == "seer"]
     gate = threading.Thread(target=gate_job, daemon=True)
     if seer:
         gate.start()
-    submit([c for c in cells if c[2] != "seer"])
-    if seer:
-        gate.join(timeout=max(0.0, a.deadline - (time.time() - t0)))
-        if os.path.exists(cal.gate) and not gate.is_alive():
-            submit(seer)
-        else:
-            rows.extend(dict(task=c[0], length=c[1], method=c[2], phase=c[3], chain=c[5],
-                             error="no seer gate before the deadline (calibration.runs)") for c in seer)
-            save()
-    # Periodic and random packing at the reduction Delta-KV's threshold reached on the same instances.
-    submit([(r["task"], r["length"]) + c for r in list(rows) if r["method"] == "deltakv" and "error" not in r
-            and r["metrics"].get("kv_reduction") is not None for c in matched_cells(r["metrics"]["kv_reduction"])])
+    launch([c for c in cells if c[2] != "seer"])
+    while True:  # until no cell is pending and none can come (the gate done, or the deadline passed)
+        with lock:
+            fs = list(pending)
+        cf.wait(fs)
+        if gate.is_alive():
+            gate.join(timeout=max(0.0, a.deadline - (time.time() - t0)))
+        with lock:
+            if len(pending) == len(fs) and (not gate.is_alive() or time.time() - t0 >= a.deadline):
+                break
     for p in pools.values():
         p.shutdown()
     if seer and gate.is_alive():  # let the gate finish for the next run (calib dir) until --stop
         gate.join(timeout=max(0.0, a.stop - (time.time() - t0)))
+    if seer and not seer_launched:
+        rows.extend(dict(task=c[0], length=c[1], method=c[2], phase=c[3], chain=c[5],
+                         error="no seer gate before the deadline (calibration.runs)") for c in seer)
     cal.stop()  # a gate still distilling past --stop
     save()
     print(f"{len(rows)} rows ({sum('error' in r for r in rows)} errors), {len(skipped)} skipped, "
