@@ -16,6 +16,7 @@ from report_util import SOURCE, md_table
 LONGCTX_SECTION = "## Long-context tasks: accuracy against budget"
 LONGCTX_FIGURES = ["longctx_decode.png", "longctx_prefill.png"]
 DEFAULT_JSON = os.path.join(SOURCE, "docs", "results", "longctx.json")
+MARKERS = "osD^v<>px*h+"
 
 
 def kept(row):
@@ -49,10 +50,11 @@ def plot(j, phase, path):
             for r in cell:
                 if kept(r) is not None:
                     by.setdefault(r["method"], []).append((kept(r), r["chain_score"]["accuracy"]))
-            for m, pts in sorted(by.items()):
+            # Methods often coincide (several at 1.0): markers and sizes that differ keep each visible.
+            for i, (m, pts) in enumerate(sorted(by.items())):
                 pts.sort()
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if len(pts) > 1 else "s",
-                        ms=3.5, lw=1, label=m)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[i % len(MARKERS)],
+                        ms=9 - 5 * i / max(len(by) - 1, 1), mfc="none", lw=1, ls=("-", "--", ":")[i % 3], label=m)
             if cell:
                 ax.axhline(cell[0]["dense"]["accuracy"], color="black", ls="--", lw=0.8, label="dense")
             ax.set_xscale("log", base=2)
