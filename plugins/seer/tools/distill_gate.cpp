@@ -26,6 +26,7 @@
 #include "sieve/cli/parse_options.hpp"
 #include "sieve/model/model_chain.hpp"
 #include "sieve/model/generate.hpp"
+#include "sieve/model/tokenizer.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/page_layout.hpp"
 #include "sieve/util/tensor.hpp"
@@ -156,8 +157,9 @@ int distill_gate_main(int argc, const char* const* argv) {
     runtime::Registry registry;
     const runtime::ChainSpec dense = dense_chain_arg(ma, &registry);
     model::Engine engine(w, eo, model::resolve_for_model(dense, registry, c, eo));
-    const model::Tokenizer tok = load_tokenizer_arg(ma, w);
-    const std::vector<int32_t> bos = tok.encode("", true, false);
+    // The sequences start from BOS alone (what encoding "" with bos gives): no tokenizer needed,
+    // so a model without one (hosts/sieve/models/longctx) distils too.
+    const std::vector<int32_t> bos = {model::Tokenizer::kBos};
     auto sample = [&](int32_t n, uint64_t seed_base) {
       std::vector<std::vector<int32_t>> seqs;
       for (int32_t start = 0; start < n; start += eo.max_batch) {
