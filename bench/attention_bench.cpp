@@ -16,6 +16,7 @@ const char kUsage[] =
     "usage: sieve_bench [options] [--benchmark_* ...]   (--name VALUE or --name=VALUE)\n"
     "  --gpu-only / --cpu-only   run only the GPU (attend_cuda) or CPU (attend_cpu) cases\n"
     "  --quick                   a few small cases (a smoke run)\n"
+    "  --no-hopper               prefill on the mma.sync kernel where the Hopper one would run\n"
     "  --filter=REGEX            only cases whose name matches\n"
     "  --sdpa                    time PyTorch SDPA on the dense GPU shapes (bench/sdpa_reference.py)\n"
     "  --sdpa-script=PATH        ... with this script; --python=EXE to run it (default python3)\n"
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
       o.gpu = false;
     } else if (!std::strcmp(a, "--quick")) {
       o.quick = true;
+    } else if (!std::strcmp(a, "--no-hopper")) {
+      o.hopper = false;
     } else if (!std::strcmp(a, "--sdpa")) {
       sdpa = true;
     } else if (value_of(argc, argv, &i, "--filter", &o.filter) ||

@@ -94,7 +94,10 @@ int run_suite(const SuiteOptions& o) {
 #endif
   }
   if (gpu)
-    for (Case& c : gpu_cases(o.quick)) cases.push_back(c);
+    for (Case& c : gpu_cases(o.quick)) {
+      c.hopper = o.hopper;
+      cases.push_back(c);
+    }
   if (o.cpu)
     for (Case& c : cpu_cases(o.quick)) cases.push_back(c);
   if (!o.filter.empty()) {

@@ -1,5 +1,6 @@
 // The single-tile Hopper kernels of microtests.hpp.
 #include "async_copy.cuh"
+#include "device.hpp"
 #include "microtests.hpp"
 #include "wgmma.cuh"
 
@@ -131,24 +132,11 @@ cudaError_t with_smem(K kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
-template <class F>
-cudaError_t by_dtype(Storage dt, F&& f) {
-  if (dt == Storage::bf16) return f(__nv_bfloat16{});
-  if (dt == Storage::f16) return f(__half{});
-  return cudaErrorInvalidValue;
-}
-
 }  // namespace
 
-bool device_has_wgmma(int device) {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return false;
-  return prop.major == 9 && prop.minor == 0;
-}
-
 cudaError_t run_qk_tile(Storage dt, int n_keys, const void* q, const void* k, float* s, cudaStream_t stream) {
-  return by_dtype(dt, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
+  return dispatch_storage16(dt, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
     const size_t bytes = kSwAtomBytes + 2 * kHalfBytes64 + size_t(n_keys) * 2 * 128;
     auto launch = [&](auto kernel) {
       if (cudaError_t e = with_smem(kernel, bytes); e != cudaSuccess) return e;
@@ -162,8 +150,8 @@ cudaError_t run_qk_tile(Storage dt, int n_keys, const void* q, const void* k, fl
 }
 
 cudaError_t run_pv_tile(Storage dt, const void* p, const void* v, float* o, cudaStream_t stream) {
-  return by_dtype(dt, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
+  return dispatch_storage16(dt, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
     const size_t bytes = kSwAtomBytes + 2 * kHalfBytes64;
     if (cudaError_t e = with_smem(pv_tile_kernel<T>, bytes); e != cudaSuccess) return e;
     pv_tile_kernel<T><<<1, kThreads, bytes, stream>>>(static_cast<const T*>(p), static_cast<const T*>(v), o);
@@ -176,8 +164,8 @@ cudaError_t run_tma_qk_tile(Storage dt, const CUtensorMap& kmap, const int32_t* 
   // Each page lands at a multiple of page_size rows: atoms stay whole when page_size is a
   // multiple of 8.
   if (page_size < 8 || page_size > 64 || page_size % 8 != 0 || 64 % page_size != 0) return cudaErrorInvalidValue;
-  return by_dtype(dt, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
+  return dispatch_storage16(dt, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
     const size_t bytes = kSwAtomBytes + 4 * kHalfBytes64;
     if (cudaError_t e = with_smem(tma_qk_tile_kernel<T>, bytes); e != cudaSuccess) return e;
     tma_qk_tile_kernel<T><<<1, kThreads, bytes, stream>>>(kmap, pages, page_size, kvh, static_cast<const T*>(q), s,

@@ -17,13 +17,10 @@
 
 #include <cstdint>
 
+#include "device.hpp"  // device_has_wgmma, for the tests
 #include "sieve/util/dtype_dispatch.hpp"
 
 namespace sieve::kernels::cuda::sm90 {
-
-// True when `device` runs sm_90a code (compute capability 9.0 exactly: wgmma is not forward
-// compatible).
-bool device_has_wgmma(int device);
 
 cudaError_t run_qk_tile(Storage dt, int n_keys, const void* q, const void* k, float* s, cudaStream_t stream);
 cudaError_t run_pv_tile(Storage dt, const void* p, const void* v, float* o, cudaStream_t stream);

@@ -21,6 +21,10 @@ struct CudaAttentionOptions {
   // or 128. false: the f32 FMA kernels for everything (a baseline; f32 storage, mixed q/KV dtypes
   // and head_dim 8 always take them).
   bool tensor_cores = true;
+  // Prefill over every query token on Hopper's wgmma + TMA kernel where this build has it
+  // (SIEVE_CUDA_HOPPER), the device is compute capability 9.0 and the shape fits (head_dim 128,
+  // page size 8..128 dividing 128); false, or anything else: the mma.sync kernel.
+  bool hopper = true;
   // Tensor-core row kernel with automatic splits: a row whose key list (dense keys, or selected
   // pages) is short uses one split per this many keys, at most kv_splits. 0 = the default (256).
   int split_min_keys = 0;
@@ -32,7 +36,7 @@ sieve_status attend_cuda(const sieve_attention_args& args, const CudaAttentionOp
 
 // How attend_cuda would run `args`: which kernel family and how it splits the work.
 struct CudaAttentionPlan {
-  const char* kernel = "";  // "row-fma", "row-mma", "prefill-fma" or "prefill-mma"
+  const char* kernel = "";  // "row-fma", "row-mma", "prefill-fma", "prefill-mma" or "prefill-wgmma"
   int kv_splits = 1;        // split-KV CTAs per (row, head unit); an upper bound for row-mma
   int heads_per_cta = 1;    // query heads that share each K/V load
 };
