@@ -64,6 +64,48 @@ typedef struct sieve_attention_stats {
   DLTensor lse;        /* f32 [n_q_tokens, n_q_heads]: natural-log sum of exp(scaled logits) */
 } sieve_attention_stats;
 
+/* ABI 1.1 — an attention variant: the core kernel with its key list and logits transformed, so a
+ * method that attends compressed keys (Delta-KV's packed anchors, DeltaX's packed tiles) is a
+ * description of what to attend, not a second kernel (FlashInfer's attention variants, as data).
+ *
+ * Rows are numbered like a selection's (q_block, heads; see sieve_selection): the row of query
+ * token i of sequence b and query head h is (C_b + i / q_block) * H + h', H = 1, n_kv_heads or
+ * n_q_heads by `heads`, h' the row head of h. Row r attends the spans
+ * [row_spans[r][0], row_spans[r][1]) of `spans` (rows may share or skip spans), each {kind, begin, end}:
+ *   SIEVE_SPAN_KEYS    positions [begin, end) of the sequence, each key as it is;
+ *   SIEVE_SPAN_PACKED  packed keys [begin, end) of packed_pos: packed key e is the key at position
+ *                      packed_pos[e] of the sequence standing for count_e = packed_count[e] keys;
+ * in one softmax. Causality holds for both: a query at position p sees key positions <= p. The
+ * logit of key position k (KEYS) is scale·q·k_k; of packed key e (PACKED, packed_pos[e] = k <= p)
+ *   scale·q·k_k + ln(min(count_e, p - k + 1)) + packed_bias[e]
+ * (key-count weighting: a packed key never stands for keys past the query). A key listed twice
+ * counts twice; a row with nothing visible outputs 0 (lse -inf). K and V of every key are read
+ * from the view's pages (packed keys are not copied). With a variant the selection must be NULL
+ * or ALL, q_rows NULL and stats NONE. Tensors live on the attention device. Offered when the host's sieve_kernels.variants has SIEVE_VARIANT_KEY_SPANS. */
+typedef enum sieve_span_kind {
+  SIEVE_SPAN_KEYS = 0,
+  SIEVE_SPAN_PACKED = 1
+} sieve_span_kind;
+
+typedef enum sieve_variant_flags {
+  /* The softmax weights stay f32 through P·V: no kernel rounds them to 16-bit MMA operands (the
+   * CUDA tensor-core path then is not taken; a method whose error budget is f32's sets it). */
+  SIEVE_VARIANT_F32_WEIGHTS = 1u << 0
+} sieve_variant_flags;
+
+typedef struct sieve_attention_variant {
+  sieve_header hdr;
+  uint32_t heads;        /* sieve_selection_heads of the rows */
+  int32_t q_block;       /* query tokens per row block (>= 1) */
+  int32_t n_rows;        /* Σ_b ceil(n_b / q_block) * H */
+  DLTensor row_spans;    /* int32 [n_rows, 2]: each row's span range */
+  DLTensor spans;        /* int32 [n_spans, 3]: {sieve_span_kind, begin, end} */
+  DLTensor packed_pos;   /* int32 [n_packed]: the position each packed key is read at */
+  DLTensor packed_count; /* int32 [n_packed] (>= 1), or data NULL: every count 1 */
+  DLTensor packed_bias;  /* f32 [n_packed] natural-log logit bias, or data NULL: 0 */
+  uint32_t flags;        /* sieve_variant_flags */
+} sieve_attention_variant;
+
 /* One call of the core kernel: dense or block-sparse paged attention, decode or causal prefill,
  * optionally only for a subset of query rows, optionally emitting statistics. The device is the
  * device of the tensors (CPU or CUDA); a CUDA call is enqueued on the host's stream. */
@@ -84,6 +126,8 @@ typedef struct sieve_attention_args {
   uint32_t stats;             /* sieve_stats_request */
   DLTensor* lse;              /* optional f32 [n_q_tokens, n_q_heads] */
   DLTensor* page_mass;        /* required when stats != NONE, see sieve_attention_stats */
+  /* ABI 1.1 (read when struct_size reaches it): */
+  const sieve_attention_variant* variant; /* NULL: plain attention */
 } sieve_attention_args;
 
 #ifdef __cplusplus

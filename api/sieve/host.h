@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 #define SIEVE_HOST_API_MAJOR 1u
-#define SIEVE_HOST_API_MINOR 1u
+#define SIEVE_HOST_API_MINOR 2u
 
 #if defined(_WIN32)
 #define SIEVE_HOST_API __declspec(dllimport)
@@ -63,7 +63,12 @@ SIEVE_HOST_API uint32_t sieve_host_api_version(void);
 /* ---- Runtime and plugins ----------------------------------------------------------------- */
 typedef enum sieve_runtime_flags {
   SIEVE_RUNTIME_NO_ENV = 1u << 0,          /* ignore SIEVE_PLUGIN_PATH */
-  SIEVE_RUNTIME_NO_DEFAULT_DIRS = 1u << 1  /* only directories added with add_plugin_dir */
+  SIEVE_RUNTIME_NO_DEFAULT_DIRS = 1u << 1, /* only directories added with add_plugin_dir */
+  /* Host API 1.2: load plugin files directly, without first loading each in a forked probe
+   * process. For multithreaded hosts (Python with torch, CUDA initialised), where a forked child
+   * may call only async-signal-safe functions until it execs, so a probe's dlopen can hang or
+   * die silently. A plugin that crashes while loading then takes the host with it. */
+  SIEVE_RUNTIME_NO_PROBE = 1u << 2
 } sieve_runtime_flags;
 
 typedef struct sieve_runtime_options {
@@ -145,6 +150,14 @@ typedef struct sieve_session_options {
   const sieve_kv_store_api* kv_store_api;
   sieve_kv_store* kv_store_instance;
   sieve_page_release_sink release; /* ENGINE_PAGES stores: where evicted pages go */
+  /* ---- host API 1.2 ---- */
+  /* CUDA sessions: a cudaStream_t the host owns (e.g. PyTorch's current stream). The session
+   * enqueues all its work there for its whole life (sieve_session_cuda_stream returns it), so the
+   * host's own kernels and the session's are ordered without events; the host keeps it alive
+   * until sieve_session_destroy returned. NULL: the session creates its own non-blocking stream.
+   * A CPU session refuses one. A host checks sieve_host_api_version() >= 1.2 first: an older
+   * runtime ignores the field. */
+  void* cuda_stream;
 } sieve_session_options;
 
 /* Sets up the KV store (the core's paged store on geometry->device) and every policy instance of
@@ -192,7 +205,7 @@ SIEVE_HOST_API sieve_status sieve_session_end_step(sieve_session* session, uint3
                                                    const int32_t* seq_ids, int32_t batch);
 /* Waits for the device work enqueued so far (no-op on the CPU). */
 SIEVE_HOST_API sieve_status sieve_session_synchronize(sieve_session* session);
-/* The cudaStream_t the session enqueues on (NULL on the CPU). */
+/* The cudaStream_t the session enqueues on (its own, or options.cuda_stream; NULL on the CPU). */
 SIEVE_HOST_API void* sieve_session_cuda_stream(sieve_session* session);
 /* Host API 1.1. ENGINE_PAGES stores: the host's page pool and page table of one layer for the
  * call that follows (sieve_session_attend of that layer). Borrowed until that call returns. */

@@ -19,7 +19,15 @@ typedef struct sieve_kernels {
   sieve_status (*attend)(void* host_ctx, const sieve_attention_args* args);
   /* The message of the calling thread's last failed kernel call ("" if none). */
   const char* (*last_error)(void* host_ctx);
+  /* ABI 1.1: sieve_variant_bits of the attention variants `attend` computes (absent: none). */
+  uint32_t variants;
 } sieve_kernels;
+
+/* Attention variants (attention.h) a host's kernels offer. */
+typedef enum sieve_variant_bits {
+  SIEVE_VARIANT_KEY_SPANS = 1u << 0 /* sieve_attention_variant: key spans, packed keys, count
+                                       weighting, per-key logit bias */
+} sieve_variant_bits;
 
 typedef struct sieve_host_services {
   sieve_header hdr;

@@ -87,6 +87,18 @@ std::vector<Case> gpu_cases(bool quick) {
       out.push_back(named(c));
     }
   c.kv_splits = 0;
+  // Short block-sparse rows on a grid that is one round of CTAs: one split per 64-key tile begun
+  // instead of per 256 keys (the row kernel's time there is a chain of dependent loads per CTA,
+  // so fewer tiles per CTA may beat the combine's cost; issue 20, docs/bench/policy.md).
+  c.hq = 32;
+  for (int32_t batch : {1, 4})
+    for (int32_t ctx : {8192, 32768})
+      for (double sp : {0.9, 0.95}) {
+        c.batch = batch, c.ctx = ctx, c.sparsity = sp, c.split_min_keys = 64;
+        out.push_back(named(c));
+      }
+  c.split_min_keys = 0;
+  c.sparsity = 0;
   // Prefill: one prompt of 16K-64K tokens, BSR selections of 128-token query blocks x 64-key blocks.
   c.phase = SIEVE_PHASE_PREFILL;
   c.batch = 1;
@@ -118,6 +130,17 @@ std::vector<Case> cpu_cases(bool quick) {
         out.push_back(named(c));
         c.cpu_portable = false;
       }
+  // Causal prefill of one 4K prompt, 128-query x 64-key blocks for the sparse case: FLOP/s
+  // against OpenBLAS sgemm in the same run; the portable path (BLAS tiles) as the in-run baseline.
+  c.phase = SIEVE_PHASE_PREFILL, c.batch = 1, c.ctx = 4096, c.q_block = 128, c.samples = 3;
+  for (DLDataType dt : {kF32, kBF16}) {
+    if (quick) continue;
+    c.dtype = dt;
+    add_with_sparse(out, c, false);
+    c.sparsity = 0, c.cpu_portable = true;
+    out.push_back(named(c));
+    c.cpu_portable = false;
+  }
   return out;
 }
 

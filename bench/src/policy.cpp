@@ -72,7 +72,7 @@ std::string base_shape(const PolicyOptions& o, Shape* out) {
   base.min_q_block = o.min_q_block;
   base.seed = o.seed;
   base.check = o.check;
-  base.extra = base.prefill() ? 0 : o.warmup + o.steps + 1;
+  base.extra = base.decode_growth(o.warmup, o.steps);
   return {};
 }
 
@@ -119,7 +119,8 @@ bool write_json(const PolicyOptions& o, const Shape& base, const std::string& de
                          {"dtype", o.dtype}, {"keys", o.keys},
                          {"fill_phase", base.fill_phase == SIEVE_PHASE_PREFILL ? "prefill" : "decode"},
                          {"steps", o.steps}, {"warmup", o.warmup}, {"samples", o.samples}, {"runner_checks", o.check},
-                         {"decode_store_growth_tokens", base.prefill() ? 0 : o.warmup + o.steps + 1},
+                         {"decode_store_growth_tokens", base.decode_growth(o.warmup, o.steps)},
+                         {"cuda_graph_steps", base.graph_steps()},
                          {"host_threads", host_threads()}, {"kv_stores", store_labels(o)},
                          {"kv_store", store_labels(o).front()}};
   if (!sdpa.sdpa_meta.empty()) meta["sdpa"] = sdpa.sdpa_meta;
@@ -233,9 +234,10 @@ int run_policy_bench(const PolicyOptions& o) {
   std::printf("== Sieve policy step, %s, %s: %s, %d layer(s), %dq/%dkv d%d, page %d, %s, keys %s, context through the %s chain's on_append\n",
               today_utc().c_str(), device_desc.c_str(), o.phase.c_str(), o.layers, o.hq, o.hkv, o.d, o.page,
               o.dtype.c_str(), o.keys.c_str(), base.fill_phase == SIEVE_PHASE_PREFILL ? "prefill" : "decode");
-  std::printf("%8s %5s %-44s %10s %10s %8s %10s %10s %9s %9s %9s%s\n", "ctx", "batch",
+  std::printf("%8s %5s %-44s %10s %10s %8s %10s %10s %9s %9s %9s %10s %9s%s\n", "ctx", "batch",
               side_by_side ? "chain [store]" : "chain", "step ms", "dense ms", "x dense", "core ms", "select ms",
-              "attended", "resident", "x SDPA", side_by_side ? ("  / " + store_names[0]).c_str() : "");
+              "attended", "resident", "x SDPA", "graph ms", "g x SDPA",
+              side_by_side ? ("  / " + store_names[0]).c_str() : "");
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::vector<double>> ratios(stores.size());  // step time / the first store's, per store
   bool failed = false;
@@ -258,6 +260,14 @@ int run_policy_bench(const PolicyOptions& o) {
         j["core_ms"] = r.core_ms;
         j["core_dense_ms"] = r.core_dense_ms;
         j["selection_overhead_ms"] = r.step_ms - r.core_ms;
+        if (s.graph_steps()) {
+          j["step_graph_ms"] = r.step_graph_ms;
+          j["step_graph_max_ms"] = r.step_graph_max_ms;
+          j["graph_overhead_ms"] = r.step_graph_ms - r.core_ms;
+          j["graph_replays"] = r.graph_replays;
+          j["graph_captures"] = r.graph_captures;
+          if (!r.graph_eager_reason.empty()) j["graph_eager_reason"] = r.graph_eager_reason;
+        }
         j["attended_fraction"] = r.attended;
         j["resident_fraction"] = r.resident_fraction;
         j["kv_bytes"] = r.kv_bytes;
@@ -268,6 +278,8 @@ int run_policy_bench(const PolicyOptions& o) {
           j["sdpa_variant"] = it->second.best_variant;
           j["sdpa_per_layer"] = true;
           j["speedup_vs_sdpa"] = it->second.best_ms * s.layers / r.step_ms;
+          if (s.graph_steps() && r.step_graph_ms > 0)
+            j["speedup_vs_sdpa_graph"] = it->second.best_ms * s.layers / r.step_graph_ms;
         }
         nlohmann::json m = nlohmann::json::object();
         for (const auto& [name, v] : r.metrics) m[name] = {{"mean", v.mean()}, {"min", v.min}, {"max", v.max}, {"count", v.count}};
@@ -321,11 +333,13 @@ int run_policy_bench(const PolicyOptions& o) {
           std::printf("%8d %5d %-44s FAILED: %s\n", s.ctx, s.batch, shown.c_str(), r.error.c_str());
           continue;
         }
-        std::printf("%8d %5d %-44s %10.4f %10.4f %8s %10.4f %10.4f %8.2f%% %8.2f%% %9s%s\n", s.ctx, s.batch,
+        std::printf("%8d %5d %-44s %10.4f %10.4f %8s %10.4f %10.4f %8.2f%% %8.2f%% %9s %10s %9s%s\n", s.ctx, s.batch,
                     shown.size() > 44 ? (shown.substr(0, 41) + "...").c_str() : shown.c_str(), r.step_ms, dense_ms[i],
                     dense_ms[i] > 0 ? fmt("%.2fx", dense_ms[i] / r.step_ms).c_str() : "-", r.core_ms,
                     r.step_ms - r.core_ms, 100 * r.attended, 100 * r.resident_fraction,
                     j.contains("speedup_vs_sdpa") ? fmt("%.2fx", j["speedup_vs_sdpa"].get<double>()).c_str() : "-",
+                    s.graph_steps() ? fmt("%.4f", r.step_graph_ms).c_str() : "-",
+                    j.contains("speedup_vs_sdpa_graph") ? fmt("%.2fx", j["speedup_vs_sdpa_graph"].get<double>()).c_str() : "-",
                     !side_by_side ? "" : i == 0 ? "          1" : fmt(" %10.4f", ratio).c_str());
       }
     }
@@ -333,7 +347,9 @@ int run_policy_bench(const PolicyOptions& o) {
   std::printf(
       "step ms: median over %d %s of every layer's run_layer (append + hooks + attention) + end_step; core ms: the core\n"
       "kernel alone on the selection the chain used (dense: on all keys); select ms = step - core (estimate, top-k,\n"
-      "append, host work); attended: attended / causal keys; resident: tokens kept / appended (eviction).%s\n",
+      "append, host work); attended: attended / causal keys; resident: tokens kept / appended (eviction); graph ms:\n"
+      "the same steps again with the runner's per-layer CUDA graphs on (decode on CUDA; chains below cuda_graph\n"
+      "full run eagerly there, see the JSON's graph_eager_reason).%s\n",
       base.prefill() ? o.samples : o.steps, base.prefill() ? "calls (--samples)" : "steps", o.sdpa ? " x SDPA: PyTorch SDPA (one layer, dense) x layers / step." : "");
 
   for (size_t i = 1; i < stores.size(); ++i) {

@@ -402,6 +402,7 @@ class PolicyCase {
   }
 
   const Shape& shape() const { return s_; }
+  runtime::LayerRunner& runner() { return *runner_; }
 
  private:
   // All-ones bytes (NaN in f32, f16 and bf16) in the output, so a row nobody writes shows.
@@ -484,6 +485,24 @@ Result measure(const Shape& s, const std::string& label, const runtime::ChainSpe
         c.step(step);
         const double t = timer.stop_ms();
         if (i >= o.warmup) ms.push_back(t);
+      }
+      if (s.graph_steps()) {  // the same steps again, each layer's call replayed from its CUDA graph
+        runtime::LayerRunner& runner = c.runner();
+        runner.set_cuda_graphs(true);
+        std::vector<double> gms;
+        for (int i = 0; i < o.warmup + o.steps; ++i, ++step) {
+          c.prepare_step();
+          timer.start();
+          c.step(step);
+          const double t = timer.stop_ms();
+          if (i >= o.warmup) gms.push_back(t);
+        }
+        runner.set_cuda_graphs(false);
+        r.step_graph_ms = median(gms);
+        r.step_graph_max_ms = *std::max_element(gms.begin(), gms.end());
+        r.graph_replays = runner.graph_counts().replays;
+        r.graph_captures = runner.graph_counts().captures;
+        r.graph_eager_reason = runner.graph_eager_reason(0);
       }
       c.recorded_step(step, o.steps, &r);
     } else {

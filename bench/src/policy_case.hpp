@@ -34,11 +34,23 @@ struct Shape {
   bool prefill() const { return phase == SIEVE_PHASE_PREFILL; }
   int32_t n_fill() const { return prefill() ? ctx - n_new : ctx; }
   int32_t pages_per_seq() const { return kernels::ceil_div(ctx + extra, page) + 1; }
+  // Decode on CUDA times the steps twice: eagerly, then with the runner's CUDA graphs on (not
+  // with --check: check mode's host copies keep every call eager).
+  bool graph_steps() const { return !prefill() && device.device_type == kDLCUDA && !check; }
+  // Tokens each sequence gains in the timed calls (warm-up + steps per pass, + the recorded step).
+  int32_t decode_growth(int32_t warmup, int32_t steps) const {
+    return prefill() ? 0 : (graph_steps() ? 2 : 1) * (warmup + steps) + 1;
+  }
 };
 
 struct Result {
   std::string chain, error, skipped;
   double step_ms = 0, step_min_ms = 0, step_max_ms = 0, dense_step_ms = 0;
+  // Decode on CUDA: the same steps with LayerRunner's CUDA graphs on (layer_graph.hpp), median;
+  // the layer calls replayed / captured then, and why layer 0 ran eagerly ("" = graphed).
+  double step_graph_ms = 0, step_graph_max_ms = 0;  // max: a step that captured (a page boundary)
+  uint64_t graph_replays = 0, graph_captures = 0;
+  std::string graph_eager_reason;
   double core_ms = 0, core_dense_ms = 0;  // the core kernel alone on the recorded selection / dense
   double attended = 1;                    // attended keys / causal keys (logical), mean over (token, q head)
   double resident_fraction = 1;           // resident tokens / logical tokens (eviction)

@@ -26,6 +26,8 @@ struct Ceilings {
   double mma_sync_tflops = 0;  // mma.sync m16n8k16 bf16 in a register-only loop (our kernels' MMA)
   double host_copy_gbs = 0;  // memcpy over the CPU cases' threads, read + written
   int host_threads = 0;
+  // OpenBLAS sgemm on the same threads, operands past the LLC: the CPU prefill cases' ceiling
+  double host_sgemm_gflops = 0;
 };
 
 struct Timing {
@@ -58,6 +60,7 @@ void release_gpu();
 
 // ---- CPU (cpu_cases.cpp) ---------------------------------------------------------------------
 double measure_host_copy_gbs(int threads);
+double measure_host_sgemm_gflops(int threads);
 int host_threads();
 void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out);
 

@@ -141,6 +141,9 @@ int run_suite(const SuiteOptions& o) {
   if (any_cpu) {
     report.ceilings.host_threads = host_threads();
     report.ceilings.host_copy_gbs = measure_host_copy_gbs(report.ceilings.host_threads);
+    if (std::any_of(cases.begin(), cases.end(),
+                    [](const Case& c) { return c.backend == Backend::kCpu && c.prefill(); }))
+      report.ceilings.host_sgemm_gflops = measure_host_sgemm_gflops(report.ceilings.host_threads);
   }
 
   std::vector<std::string> args_store = {"sieve_bench"};

@@ -340,7 +340,13 @@ int main(int argc, char** argv) {
     } else if (!strcmp(argv[i], "--engine-pool")) {
       engine_mode = 1;
     } else {
-      fprintf(stderr, "usage: sieve_c_host [--plugin-dir DIR]... [--chain SPEC] [--steps N] [--engine-pool]\n");
+      fprintf(stderr,
+              "c_host: %s '%s' (usage: sieve_c_host [--plugin-dir DIR]... [--chain SPEC] [--steps N] [--engine-pool])\n",
+              i + 1 == argc && (!strcmp(argv[i], "--plugin-dir") || !strcmp(argv[i], "--chain") ||
+                                !strcmp(argv[i], "--steps"))
+                  ? "missing value after"
+                  : "unexpected argument",
+              argv[i]);
       sieve_runtime_destroy(rt);
       return 2;
     }

@@ -12,11 +12,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SIEVE_DELTA_HD __host__ __device__ __forceinline__
-#else
-#define SIEVE_DELTA_HD inline
-#endif
+#include "sieve/util/host_device.hpp"
 
 namespace sieve::delta {
 
@@ -25,24 +21,24 @@ struct RowPlan {
   int32_t window;  // last pages always kept (they hold the last `recent` tokens)
   int32_t k;       // best earlier pages kept by score
   // Pages the row lists (when every score is finite).
-  SIEVE_DELTA_HD int32_t count() const { return n <= window + k ? n : window + k; }
+  SIEVE_HD int32_t count() const { return n <= window + k ? n : window + k; }
 };
 
-SIEVE_DELTA_HD int32_t ceil_pages(int64_t tokens, int32_t page_size) {
+SIEVE_HD int32_t ceil_pages(int64_t tokens, int32_t page_size) {
   return tokens > 0 ? int32_t((tokens + page_size - 1) / page_size) : 0;
 }
 
 // The paper's ceil(recent / P): the window in pages when the last page is full.
-SIEVE_DELTA_HD int32_t aligned_window_pages(int64_t recent, int32_t page_size) {
+SIEVE_HD int32_t aligned_window_pages(int64_t recent, int32_t page_size) {
   return ceil_pages(recent, page_size);
 }
 
 // The most pages the last `recent` tokens can touch (last page holding a single token).
-SIEVE_DELTA_HD int32_t max_window_pages(int64_t recent, int32_t page_size) {
+SIEVE_HD int32_t max_window_pages(int64_t recent, int32_t page_size) {
   return recent <= 1 ? 1 : ceil_pages(recent - 1, page_size) + 1;
 }
 
-SIEVE_DELTA_HD RowPlan plan_row(int64_t len, int64_t recent, int32_t budget_pages,
+SIEVE_HD RowPlan plan_row(int64_t len, int64_t recent, int32_t budget_pages,
                                 int32_t page_size) {
   RowPlan r{};
   r.n = ceil_pages(len, page_size);
@@ -53,7 +49,7 @@ SIEVE_DELTA_HD RowPlan plan_row(int64_t len, int64_t recent, int32_t budget_page
 }
 
 // Tokens of a sequence from its page-table row.
-SIEVE_DELTA_HD int64_t resident_tokens(int32_t n_pages, int32_t last_page_len, int32_t page_size) {
+SIEVE_HD int64_t resident_tokens(int32_t n_pages, int32_t last_page_len, int32_t page_size) {
   return n_pages > 0 ? int64_t(n_pages - 1) * page_size + last_page_len : 0;
 }
 

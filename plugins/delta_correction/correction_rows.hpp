@@ -12,11 +12,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SIEVE_DELTA_HD __host__ __device__ __forceinline__
-#else
-#define SIEVE_DELTA_HD inline
-#endif
+#include "sieve/util/host_device.hpp"
 
 namespace sieve::delta_correction {
 
@@ -25,15 +21,15 @@ struct SeqRows {
   int64_t s_p;      // first tail row
   int64_t anchors;  // anchor rows (all < s_p)
 
-  SIEVE_DELTA_HD int64_t tail_rows() const { return s - s_p; }
-  SIEVE_DELTA_HD int64_t dense_rows() const { return anchors + (s - s_p); }
+  SIEVE_HD int64_t tail_rows() const { return s - s_p; }
+  SIEVE_HD int64_t dense_rows() const { return anchors + (s - s_p); }
   // The j-th dense row (0 <= j < dense_rows()), as a local query index.
-  SIEVE_DELTA_HD int64_t dense_row(int64_t j, int64_t gamma) const {
+  SIEVE_HD int64_t dense_row(int64_t j, int64_t gamma) const {
     return j < anchors ? j * gamma : s_p + (j - anchors);
   }
 };
 
-SIEVE_DELTA_HD SeqRows seq_rows(int64_t s, int64_t gamma, int64_t tail) {
+SIEVE_HD SeqRows seq_rows(int64_t s, int64_t gamma, int64_t tail) {
   if (s <= 0) return {0, 0, 0};
   const int64_t keep = s % gamma + (tail > gamma ? tail : gamma);
   const int64_t s_p = s > keep ? s - keep : 0;
@@ -43,7 +39,7 @@ SIEVE_DELTA_HD SeqRows seq_rows(int64_t s, int64_t gamma, int64_t tail) {
 // What happens to row l of a sequence.
 enum class RowRole : int32_t { kAnchor = 0, kCorrected = 1, kTail = 2 };
 
-SIEVE_DELTA_HD RowRole row_role(const SeqRows& r, int64_t l, int64_t gamma) {
+SIEVE_HD RowRole row_role(const SeqRows& r, int64_t l, int64_t gamma) {
   if (l >= r.s_p) return RowRole::kTail;
   return l % gamma == 0 ? RowRole::kAnchor : RowRole::kCorrected;
 }
@@ -51,7 +47,7 @@ SIEVE_DELTA_HD RowRole row_role(const SeqRows& r, int64_t l, int64_t gamma) {
 // Weight of the next anchor's correction for a corrected row l with `interpolate`: the linear
 // blend (1 - w) Δ_a + w Δ_{a+1}, w = (l mod gamma) / gamma, when anchor a + 1 exists; 0 (the
 // preceding anchor's correction alone) when it does not or without interpolation.
-SIEVE_DELTA_HD float next_anchor_weight(const SeqRows& r, int64_t l, int64_t gamma,
+SIEVE_HD float next_anchor_weight(const SeqRows& r, int64_t l, int64_t gamma,
                                         bool interpolate) {
   if (!interpolate) return 0.f;
   const int64_t a = l / gamma;
@@ -64,26 +60,26 @@ SIEVE_DELTA_HD float next_anchor_weight(const SeqRows& r, int64_t l, int64_t gam
 // kv_len − s + k·gamma. Anchor block t = anchors [t·qa, min((t+1)·qa, anchors)). Its bulk keys are
 // the whole key blocks (kb pages each) before its first anchor, blocks [0, bulk_blocks); its near
 // keys the pages from there to the page of its last anchor (causality inside them is the kernel's).
-SIEVE_DELTA_HD int64_t anchor_blocks(const SeqRows& r, int64_t qa) { return (r.anchors + qa - 1) / qa; }
-SIEVE_DELTA_HD int64_t bulk_blocks(const SeqRows& r, int64_t kv_len, int64_t t, int64_t qa, int64_t gamma,
+SIEVE_HD int64_t anchor_blocks(const SeqRows& r, int64_t qa) { return (r.anchors + qa - 1) / qa; }
+SIEVE_HD int64_t bulk_blocks(const SeqRows& r, int64_t kv_len, int64_t t, int64_t qa, int64_t gamma,
                                    int64_t page_size, int64_t kb) {
   return (kv_len - r.s + t * qa * gamma) / (page_size * kb);
 }
-SIEVE_DELTA_HD int64_t near_end_page(const SeqRows& r, int64_t kv_len, int64_t t, int64_t qa, int64_t gamma,
+SIEVE_HD int64_t near_end_page(const SeqRows& r, int64_t kv_len, int64_t t, int64_t qa, int64_t gamma,
                                      int64_t page_size) {
   const int64_t last = ((t + 1) * qa < r.anchors ? (t + 1) * qa : r.anchors) - 1;
   return (kv_len - r.s + last * gamma) / page_size + 1;
 }
 // Near-key selection rows of a sequence: one per query block of qa·gamma queries of the original
 // layout (rows past the anchor blocks stay empty).
-SIEVE_DELTA_HD int64_t near_rows(const SeqRows& r, int64_t qa, int64_t gamma) {
+SIEVE_HD int64_t near_rows(const SeqRows& r, int64_t qa, int64_t gamma) {
   return r.s > 0 ? (r.s + qa * gamma - 1) / (qa * gamma) : 0;
 }
-SIEVE_DELTA_HD int64_t near_first_page(const SeqRows& r, int64_t kv_len, int64_t t, int64_t qa, int64_t gamma,
+SIEVE_HD int64_t near_first_page(const SeqRows& r, int64_t kv_len, int64_t t, int64_t qa, int64_t gamma,
                                        int64_t page_size, int64_t kb) {
   return bulk_blocks(r, kv_len, t, qa, gamma, page_size, kb) * kb;
 }
-SIEVE_DELTA_HD int64_t near_pages(const SeqRows& r, int64_t kv_len, int64_t t, int64_t qa, int64_t gamma,
+SIEVE_HD int64_t near_pages(const SeqRows& r, int64_t kv_len, int64_t t, int64_t qa, int64_t gamma,
                                   int64_t page_size, int64_t kb) {
   if (t >= anchor_blocks(r, qa)) return 0;
   return near_end_page(r, kv_len, t, qa, gamma, page_size) -

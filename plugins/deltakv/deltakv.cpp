@@ -9,7 +9,9 @@
 //  stage 2  pack: the anchors' positions and reach (last position a run covers); counts are
 //           reach - anchor + 1. K̂ and V̂ are the anchor rows of the pages, read in place (gathered
 //           by position) instead of copied: same numbers, no second copy of the cache.
-//  stage 3  count-weighted attention, per query at position p in the block of q_block positions
+//  stage 3  count-weighted attention (the core kernel's attention variant: this plugin describes
+//           the keys each row attends, sieve_attention_variant, and the host's kernel attends
+//           them), per query at position p in the block of q_block positions
 //           starting at qs = p - p mod q_block:
 //             phase 1 over the *safe* anchors — those whose run ends before qs (reach < qs), a
 //                     prefix of the anchors — with logit scale·q·k̂_j + ln(count_j) (f32);
@@ -25,10 +27,12 @@
 // stream synchronisation: only with report=on (report=auto reports on the CPU only).
 //
 // Hooks: attend. Scratch (allocated in create, sized by max_seq_len × max_batch × n_kv_heads):
-// keep mask, anchors, reach, anchor counts (CUDA: also per-chunk anchor counts and each anchor's
-// physical page; CPU: f32 copies of one head's K/V and a score row). Host services: alloc/free,
-// cuda_stream, log, metric. CUDA graphs: STATIC_SHAPES (grid sizes follow the call's lengths;
+// keep mask, anchors, reach, their counts, anchor counts, the variant's rows and spans (CUDA: also
+// per-chunk anchor counts and each anchor's physical page; CPU: an f32 copy of one head's K). Host
+// services: alloc/free, cuda_stream, log, metric, kernels->attend with a variant (ABI 1.1,
+// SIEVE_VARIANT_KEY_SPANS). CUDA graphs: STATIC_SHAPES (grid sizes follow the call's lengths;
 // report=on synchronises and cannot be captured).
+#include <sieve/plugin/attention_variant.hpp>
 #include <sieve/plugin/policy_api.hpp>
 #include <sieve/util/page_layout.hpp>
 #include <sieve/util/tensor.hpp>
@@ -137,8 +141,12 @@ class DeltaKvPolicy final : public sp::PolicyBase {
     const size_t slots = seqs * size_t(g.max_seq_len);
     anchor_ = allocate(g.device, slots * sizeof(int32_t));
     reach_ = allocate(g.device, slots * sizeof(int32_t));
+    count_ = allocate(g.device, slots * sizeof(int32_t));
     n_anchors_ = allocate(g.device, seqs * sizeof(int32_t));
     host_counts_ = allocate(sieve::kCpu, seqs * sizeof(int32_t));
+    // Variant rows: at most one per (query token, KV head), two spans each.
+    row_spans_ = allocate(g.device, slots * 2 * sizeof(int32_t));
+    spans_ = allocate(g.device, slots * 6 * sizeof(int32_t));
     if (cuda) {
 #if SIEVE_WITH_CUDA
       keep_ = allocate(g.device, slots);
@@ -147,12 +155,10 @@ class DeltaKvPolicy final : public sp::PolicyBase {
       chunk_anchors_ = allocate(g.device, seqs * size_t(chunks) * sizeof(int32_t));
 #endif
     } else {
-      // One (sequence, KV head) at a time: f32 K and V, its keep mask, one query's scores.
+      // One (sequence, KV head) at a time: f32 K and its keep mask.
       const size_t n = size_t(g.max_seq_len);
       keep_ = allocate(sieve::kCpu, n);
       kf_ = allocate(sieve::kCpu, n * size_t(g.head_dim) * sizeof(float));
-      vf_ = allocate(sieve::kCpu, n * size_t(g.head_dim) * sizeof(float));
-      row_ = allocate(sieve::kCpu, (2 * n + 2 * size_t(g.head_dim)) * sizeof(float));
     }
     log_debug("packing = ", p.text("packing"), ", metric = ", p.text("metric"), ", threshold = ",
               rule_.threshold, ", chunk = ", rule_.chunk, ", q_block = ", attend_.q_block,
@@ -229,58 +235,69 @@ class DeltaKvPolicy final : public sp::PolicyBase {
     return at;
   }
 
-  // ---- CPU ------------------------------------------------------------------------------------
+  // ---- CPU ----------------------------------------------------------------------------------
   void attend_cpu(const sieve_layer_call& call, DLTensor& out) {
     const sieve_geometry& g = geometry();
     const sieve_paged_kv& view = *call.kv_view;
-    const int32_t d = g.head_dim, P = g.page_size, hkv = g.n_kv_heads, group = g.n_q_heads / hkv;
+    const int32_t d = g.head_dim, P = g.page_size, hkv = g.n_kv_heads;
     const int64_t n_pool = view.k_pages.shape[0];
     float* kf = kf_.get<float>();
-    float* vf = vf_.get<float>();
     uint8_t* keep = keep_.get<uint8_t>();
-    float* scores = row_.get<float>();
-    float* qrow = scores + 2 * size_t(g.max_seq_len);
-    float* orow = qrow + d;
     int32_t* counts = host_counts_.get<int32_t>();
+    int32_t* row_spans = row_spans_.get<int32_t>();
+    int32_t(*spans)[3] = reinterpret_cast<int32_t(*)[3]>(spans_.get<int32_t>());
     const int32_t* indices = sieve::data_ptr<const int32_t>(view.indices);
     const void* kbase = sieve::data_ptr<const void>(view.k_pages);
-    const void* vbase = sieve::data_ptr<const void>(view.v_pages);
     const sieve::PageStrides at = kv_strides(view);
-    const void* qbase = sieve::data_ptr<const void>(*call.q);
-    void* obase = sieve::data_ptr<void>(out);
+    const int32_t qb = dk::variant_q_block(attend_.phase2, attend_.q_block, g.max_seq_len, call.qo_indptr_host,
+                                           call.kv_len_host, call.batch);
+    int64_t c_b = 0;  // row blocks of the earlier sequences
     for (int32_t b = 0; b < call.batch; ++b) {
       const int32_t n = call.kv_len_host[b];
-      const int32_t q0 = call.qo_indptr_host[b], n_new = call.qo_indptr_host[b + 1] - q0;
-      const int32_t first_pos = n - n_new;
+      const int32_t n_new = call.qo_indptr_host[b + 1] - call.qo_indptr_host[b];
+      const int32_t blocks = (n_new + qb - 1) / qb;
       for (int32_t kvh = 0; kvh < hkv; ++kvh) {
-        for (int32_t pos = 0; pos < n; ++pos) {  // this head's K/V in f32, by position
+        for (int32_t pos = 0; pos < n; ++pos) {  // this head's K in f32, by position
           const int32_t slot = view.indptr_host[b] + pos / P;
           const int32_t phys = indices[slot];
           if (phys < 0 || phys >= n_pool)
             sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "sequence ", b, ": page table entry ", slot,
                      " = ", phys, " is outside the pool of ", n_pool, " pages");
           const int64_t src = at.row(phys, kvh, pos % P);
-          for (int32_t i = 0; i < d; ++i) {
-            kf[int64_t(pos) * d + i] = sieve::load_float(kbase, g.kv_dtype, src + i);
-            vf[int64_t(pos) * d + i] = sieve::load_float(vbase, g.kv_dtype, src + i);
-          }
+          for (int32_t i = 0; i < d; ++i) kf[int64_t(pos) * d + i] = sieve::load_float(kbase, g.kv_dtype, src + i);
         }
         const size_t sidx = size_t(b) * hkv + kvh;
-        int32_t* anchor = anchor_.get<int32_t>() + sidx * g.max_seq_len;
-        int32_t* reach = reach_.get<int32_t>() + sidx * g.max_seq_len;
+        const int32_t base = int32_t(sidx * g.max_seq_len);
+        int32_t* anchor = anchor_.get<int32_t>() + base;
+        int32_t* reach = reach_.get<int32_t>() + base;
+        int32_t* count = count_.get<int32_t>() + base;
         dk::keep_mask(rule_, call.layer, kvh, kf, n, d, keep);
         const int32_t m = dk::pack(keep, n, anchor, reach);
         counts[sidx] = m;
-        for (int32_t h = kvh * group; h < (kvh + 1) * group; ++h)
-          for (int32_t t = 0; t < n_new; ++t) {
-            const int64_t row = (int64_t(q0 + t) * g.n_q_heads + h) * d;
-            for (int32_t i = 0; i < d; ++i) qrow[i] = sieve::load_float(qbase, call.q->dtype, row + i);
-            dk::attend_row(attend_, qrow, kf, vf, d, anchor, reach, m, first_pos + t, scores, orow);
-            for (int32_t i = 0; i < d; ++i) sieve::store_float(obase, out.dtype, row + i, orow[i]);
-          }
+        for (int32_t j = 0; j < m; ++j) count[j] = reach[j] - anchor[j] + 1;
+        for (int32_t t = 0; t < blocks; ++t) {  // the rows of (sequence b, KV head kvh)
+          const int64_t row = (c_b + t) * hkv + kvh;
+          const int32_t k = dk::variant_spans(attend_.phase2, reach, m, n - n_new + t * qb, attend_.q_block, base, n,
+                                              spans + 2 * row);
+          row_spans[2 * row] = int32_t(2 * row);
+          row_spans[2 * row + 1] = int32_t(2 * row + k);
+        }
       }
+      c_b += blocks;
     }
+    attend_variant(call, out, qb, int32_t(c_b * hkv));
     if (report_) report(call, counts);
+  }
+
+  // Stage 3: the host's core kernel over the rows and spans in row_spans_ / spans_ (on the
+  // policy's device), the packed keys being the anchors with their counts.
+  void attend_variant(const sieve_layer_call& call, DLTensor& out, int32_t rows_q_block, int32_t n_rows) {
+    const sieve_geometry& g = geometry();
+    const int64_t slots = int64_t(g.max_batch) * g.n_kv_heads * g.max_seq_len;
+    const sp::AttentionVariant v(g.device, SIEVE_SEL_PER_KV_HEAD, rows_q_block, n_rows, row_spans_.get<int32_t>(),
+                                 2 * int64_t(n_rows), spans_.get<int32_t>(), slots, anchor_.get<int32_t>(),
+                                 attend_.count_weighting ? count_.get<int32_t>() : nullptr);
+    core_kernel_attend(v.args(call, out, g, attend_.scale), "deltakv stage 3 (the core kernel's attention variant)");
   }
 
   // kv_reduction per KV head (over the batch) and for the layer, from the anchor counts.
@@ -334,10 +351,6 @@ class DeltaKvPolicy final : public sp::PolicyBase {
     a.kv_strides = kv_strides(view);
     a.page_capacity = view.k_pages.shape[0];
     a.kv_dt = sieve::require_storage(g.kv_dtype, "the KV pages");
-    a.q = sieve::data_ptr<const void>(*call.q);
-    a.q_dt = sieve::require_storage(call.q->dtype, "q");
-    a.out = sieve::data_ptr<void>(out);
-    a.out_dt = sieve::require_storage(out.dtype, "out");
     a.batch = call.batch;
     a.hq = g.n_q_heads;
     a.hkv = g.n_kv_heads;
@@ -351,10 +364,7 @@ class DeltaKvPolicy final : public sp::PolicyBase {
       max_new = std::max(max_new, call.qo_indptr_host[b + 1] - call.qo_indptr_host[b]);
     }
     a.max_kv_len = max_len;
-    a.max_new = max_new;
     a.keep_rule = rule_;
-    a.attend = dk::CudaAttendRule{attend_.q_block, attend_.phase2, attend_.count_weighting ? 1 : 0,
-                                  attend_.scale};
     a.keep = keep_.get<uint8_t>();
     a.chunk_anchors = chunk_anchors_.get<int32_t>();
     a.anchor = anchor_.get<int32_t>();
@@ -362,8 +372,22 @@ class DeltaKvPolicy final : public sp::PolicyBase {
     a.anchor_page = anchor_page_.get<int32_t>();
     a.n_anchors = n_anchors_.get<int32_t>();
     a.stream = cuda_stream();
-    if (const char* error = dk::launch_deltakv(a))
+    dk::CudaSpans spans{};
+    spans.q_block = attend_.q_block;
+    spans.phase2 = attend_.phase2;
+    spans.rows_q_block = dk::variant_q_block(attend_.phase2, attend_.q_block, g.max_seq_len, call.qo_indptr_host,
+                                             call.kv_len_host, call.batch);
+    spans.count = count_.get<int32_t>();
+    spans.row_spans = row_spans_.get<int32_t>();
+    spans.spans = spans_.get<int32_t>();
+    if (const char* error = dk::launch_deltakv_pack(a))
       sp::fail(SIEVE_ERR_DEVICE, "deltakv kernel launch failed: ", error);
+    if (const char* error = dk::launch_deltakv_spans(a, spans, max_new))
+      sp::fail(SIEVE_ERR_DEVICE, "deltakv kernel launch failed: ", error);
+    int64_t n_rows = 0;
+    for (int32_t b = 0; b < call.batch; ++b)
+      n_rows += (call.qo_indptr_host[b + 1] - call.qo_indptr_host[b] + spans.rows_q_block - 1) / spans.rows_q_block;
+    attend_variant(call, out, spans.rows_q_block, int32_t(n_rows * g.n_kv_heads));
     if (report_) {
       int32_t* counts = host_counts_.get<int32_t>();
       if (const char* error = dk::read_anchor_counts(a, counts))
@@ -380,10 +404,11 @@ class DeltaKvPolicy final : public sp::PolicyBase {
   dk::KeepRule rule_{};
   dk::AttendRule attend_{};
   bool report_ = true;
-  sp::HostBuffer anchor_, reach_, n_anchors_, host_counts_, keep_;
+  sp::HostBuffer anchor_, reach_, count_, n_anchors_, host_counts_, keep_;
+  sp::HostBuffer row_spans_, spans_;  // the variant's rows and spans (stage 3)
   sp::HostBuffer chunk_anchors_;  // CUDA: anchors per (sequence, KV head, chunk)
   sp::HostBuffer anchor_page_;    // CUDA: physical page of each anchor
-  sp::HostBuffer kf_, vf_, row_;  // CPU
+  sp::HostBuffer kf_;             // CPU
 };
 
 }  // namespace

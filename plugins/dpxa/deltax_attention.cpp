@@ -21,7 +21,7 @@ void DeltaXAttention::attend(const sieve_layer_call& call, const sieve_selection
   check_call(call, sel);
   if (g_.device.device_type == kDLCPU) return attend_cpu(call, sel, out, services);
 #if SIEVE_WITH_CUDA
-  attend_cuda(call, sel, out, stream);
+  attend_cuda(call, sel, out, services, stream);
 #else
   (void)stream;
   sp::fail(SIEVE_ERR_UNSUPPORTED, "this build of dpxa has no CUDA code");

@@ -1,13 +1,14 @@
 // DeltaXAttention (paper 001 §4.2), dpxa's mode=deltax: the tiles dpxa's select keeps, computed by
-// this unit instead of the core kernel. The diagonal tiles, the sink and the `exact_top`
+// the core kernel's attention variant (sieve_attention_variant) instead of plain attention. The diagonal tiles, the sink and the `exact_top`
 // highest-share other kept tiles are exact; every other kept tile attends over its Delta-KV
 // packed keys (per key block, cosine `pack_threshold`; core/packing) with ln(count) added to the
 // logit, all in one softmax per query row. The select hands over each candidate's share (CPU:
 // TileShares; CUDA: the shares and the exact bits on the device) and attend checks that the
-// selection is that select's. CPU: cpu/deltax_attend_cpu.cpp over cpu/deltax.cpp's rows; CUDA:
-// cuda/deltax_driver.cpp over cuda/deltax_attend.cu. Metrics (CPU): deltax_kv_reduction per q head
+// selection is that select's. CPU: cpu/deltax_attend_cpu.cpp (cpu/deltax.cpp packs and ranks);
+// CUDA: cuda/deltax_driver.cpp over cuda/deltax_spans.cu; both hand the spans to kernels->attend. Metrics (CPU): deltax_kv_reduction per q head
 // and layer, deltax_packed per layer.
 #pragma once
+#include <sieve/plugin/attention_variant.hpp>
 #include <sieve/plugin/policy_base.hpp>
 #include <sieve/sieve.h>
 
@@ -50,7 +51,8 @@ class DeltaXAttention {
                   const sieve_host_services& services);
 #if SIEVE_WITH_CUDA
   void allocate_cuda(const Allocate& allocate);
-  void attend_cuda(const sieve_layer_call& call, const sieve_selection& sel, DLTensor& out, void* stream);
+  void attend_cuda(const sieve_layer_call& call, const sieve_selection& sel, DLTensor& out,
+                   const sieve_host_services& services, void* stream);
 #endif
 
   sieve_geometry g_;
@@ -59,15 +61,19 @@ class DeltaXAttention {
   float exact_top_, pack_threshold_;
   int32_t selected_layer_ = -1, selected_rows_ = -1;
   TileShares shares_;
-  // CPU scratch (grown on the first calls, like the selection's).
-  std::vector<float> k_, vf_, qrow_, orow_, row_scores_;
+  // CPU scratch (grown on the first calls, like the selection's): one head's keys in f32, and the
+  // attention variant the core kernel attends.
+  std::vector<float> k_;
+  plugin::HostVariant variant_;
   std::vector<uint8_t> exact_;
   std::vector<int32_t> rank_;
   std::vector<double> load_full_, load_saved_;
   deltax::TilePack pack_;
 #if SIEVE_WITH_CUDA
-  // select -> attend hand-over and attend's packing scratch.
+  // select -> attend hand-over, attend's packing scratch and the variant it hands the core kernel.
   plugin::HostBuffer shares_d_, exact_bits_d_, anchor_off_d_, n_anchors_d_;
+  plugin::HostBuffer packed_pos_d_, packed_count_d_, row_spans_d_, spans_d_;
+  int64_t spans_capacity_ = 0;
   int32_t exact_words_ = 0;
 #endif
 };

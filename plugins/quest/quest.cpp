@@ -104,7 +104,7 @@ class QuestPolicy final : public sp::PolicyBase {
     if (g.device.device_type == kDLCPU) {
       scores_.assign(score_count, 0.0f);
       topk_scratch_.assign(size_t(max_pages_) + 1, 0);
-      bound_scratch_.assign(size_t(g.n_q_heads + 2) * size_t(g.head_dim), 0.0f);
+      bound_scratch_.assign(size_t(sel::page_bounds_scratch_floats(g.n_q_heads, g.head_dim)), 0.0f);
     } else {
 #if SIEVE_WITH_CUDA
       scores_dev_ = allocate(g.device, sizeof(float) * std::max<size_t>(score_count, 1));

@@ -151,7 +151,7 @@ class RaasPolicy final : public sp::PolicyBase {
     const size_t score_count = size_t(g.max_batch) * size_t(max_pages) * size_t(g.n_q_heads);
     if (g.device.device_type == kDLCPU) {
       scores_.assign(score_count, 0.0f);
-      bound_scratch_.assign(size_t(g.n_q_heads + 2) * size_t(g.head_dim), 0.0f);
+      bound_scratch_.assign(size_t(sel::page_bounds_scratch_floats(g.n_q_heads, g.head_dim)), 0.0f);
       row_scratch_.assign(size_t(max_pages) + 1, 0);
       row_out_.assign(size_t(max_pages) + 1, 0);
     } else {

@@ -219,7 +219,7 @@ class AttentionCpuDecodeIsa : public testing::TestWithParam<CpuIsa> {
  protected:
   void SetUp() override {
     if (!kernels::cpu_isa_available(GetParam()))
-      GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam()) << ": its decode kernel not run";
+      GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam()) << ": its kernels not run";
   }
   CpuAttentionOptions options() const {
     CpuAttentionOptions o;
@@ -314,20 +314,27 @@ INSTANTIATE_TEST_SUITE_P(Isa, AttentionCpuDecodeIsa,
 
 // ---- prefill ------------------------------------------------------------------------------------
 
+// The prefill paths: the SIMD kernel (whichever this CPU has), and with isa = portable the BLAS
+// tiles and the loops.
+std::vector<std::pair<std::string, CpuAttentionOptions>> prefill_paths() {
+  CpuAttentionOptions simd, blas, loops;
+  blas.isa = loops.isa = CpuIsa::kPortable;
+  loops.use_blas = false;
+  return {{"simd", simd}, {"blas", blas}, {"loops", loops}};
+}
+
 TEST(AttentionCpuPrefill, GqaGroupsHeadDimsPageSizes) {
   struct Geo {
     int32_t hkv, d, ps;
   };
   for (Geo g : {Geo{8, 64, 16}, Geo{4, 128, 32}, Geo{2, 8, 64}, Geo{1, 64, 32}, Geo{2, 128, 16},
                 Geo{8, 8, 16}})
-    for (bool blas : {true, false}) {
+    for (const auto& [path, opt] : prefill_paths()) {
       SCOPED_TRACE("n_kv_heads " + std::to_string(g.hkv) + ", head_dim " + std::to_string(g.d) +
-                   ", page_size " + std::to_string(g.ps) + (blas ? ", blas" : ", loops"));
+                   ", page_size " + std::to_string(g.ps) + ", " + path);
       Workload w(make_spec(8, g.hkv, g.d, g.ps, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew,
                            uint64_t(g.hkv * 1000 + g.d + g.ps)));
       w.request_lse();
-      CpuAttentionOptions opt;
-      opt.use_blas = blas;
       expect_matches_reference(w, opt);
     }
 }
@@ -374,6 +381,73 @@ TEST(AttentionCpuPrefill, ThreadCountDoesNotChangeTheResult) {
   for (int64_t i = 0; i < serial.numel(); ++i)
     ASSERT_EQ(w.out.get(i), serial.get(i)) << "element " << i;
 }
+
+// ---- prefill, each instruction set forced -----------------------------------------------------
+// The SIMD tile kernel (prefill_rows.hpp): register blocks of 4 (AVX2: 2) rows and of 2-4 key /
+// dim vectors with their remainders, key tiles padded to 16 and cut by the causal diagonal, row
+// tiles of at most 256 rows (130 new tokens x 8 heads: five), every head bundle of a GQA group.
+
+class AttentionCpuPrefillIsa : public AttentionCpuDecodeIsa {};
+
+TEST_P(AttentionCpuPrefillIsa, GroupsHeadDimsPageSizes) {
+  struct Geo {
+    int32_t hq, hkv, d, ps;
+  };
+  // Groups 1-8 (3: rows not a multiple of the row block), head dims of 1-8 vectors, pages
+  // shorter than, equal to and longer than a key tile.
+  for (Geo g : {Geo{8, 8, 64, 16}, Geo{6, 2, 48, 8}, Geo{8, 2, 128, 64}, Geo{8, 1, 24, 16},
+                Geo{4, 4, 8, 128}, Geo{16, 2, 80, 16}})
+    for (DLDataType kv : {kF32, kBF16}) {
+      SCOPED_TRACE(std::to_string(g.hq) + "q/" + std::to_string(g.hkv) + "kv, head_dim " +
+                   std::to_string(g.d) + ", page_size " + std::to_string(g.ps) + ", kv " +
+                   dtype_name(kv));
+      Workload w(make_spec(g.hq, g.hkv, g.d, g.ps, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew,
+                           uint64_t(g.hq * 100 + g.d + g.ps), kv, kv));
+      w.request_lse();
+      expect_matches_reference(w, options());
+    }
+}
+
+TEST_P(AttentionCpuPrefillIsa, StorageDtypes) {
+  for (DLDataType kv : {kF16, kBF16}) {
+    SCOPED_TRACE("kv " + dtype_name(kv));
+    WorkloadSpec s = make_spec(8, 2, 64, 16, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew, 41);
+    s.kv_dtype = kv;
+    Workload w(s);
+    w.request_lse();
+    expect_matches_reference(w, options());
+  }
+}
+
+TEST_P(AttentionCpuPrefillIsa, BlockSelections) { prefill_block_selections({16, 64}, expect()); }
+
+TEST_P(AttentionCpuPrefillIsa, QRowsLikeDeltaCorrection) {
+  Workload w(make_spec(8, 2, 64, 32, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew, 43));
+  w.set_q_rows(delta_anchor_rows(w));
+  w.request_lse();
+  expect_matches_reference(w, options());
+  w.set_selection(SIEVE_SEL_PER_Q_HEAD, 16, 1,
+                  w.random_selection_rows(SIEVE_SEL_PER_Q_HEAD, 16, 1, 0.5, 4));
+  expect_matches_reference(w, options());
+}
+
+TEST_P(AttentionCpuPrefillIsa, EverySelectionRowEmpty) {
+  // Rows that attend nothing: output exactly 0 and lse -inf (expect_outputs_match).
+  Workload w(make_spec(8, 2, 64, 16, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew, 44));
+  reference::SelectionRows rows = w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 16, 1, 0.5, 5);
+  for (auto& r : rows) r.clear();
+  w.set_selection(SIEVE_SEL_PER_KV_HEAD, 16, 1, rows);
+  w.request_lse();
+  expect_matches_reference(w, options());
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, AttentionCpuPrefillIsa,
+                         testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const testing::TestParamInfo<CpuIsa>& i) {
+                           std::string n = AttentionCpuDecodeIsa::isa_name(i.param);
+                           std::erase_if(n, [](char ch) { return ch == '-' || ch == ' '; });
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace sieve

@@ -69,7 +69,8 @@ void expect_same_in_every_layout(Workload& w, const CpuAttentionOptions& opt = {
 }
 
 // The paths of the CPU kernel: the SIMD decode kernel (when this CPU has one) and the portable
-// loops, split-KV on and off; prefill with and without BLAS tiles.
+// loops, split-KV on and off; prefill through the SIMD tile kernel (when this CPU has one), BLAS
+// tiles and the loops.
 std::vector<CpuAttentionOptions> decode_paths() {
   CpuAttentionOptions simd, loops, split;
   loops.isa = CpuIsa::kPortable;
@@ -78,9 +79,10 @@ std::vector<CpuAttentionOptions> decode_paths() {
   return {simd, loops, split};
 }
 std::vector<CpuAttentionOptions> prefill_paths() {
-  CpuAttentionOptions blas, loops;
+  CpuAttentionOptions simd, blas, loops;
+  blas.isa = loops.isa = CpuIsa::kPortable;
   loops.use_blas = false;
-  return {blas, loops};
+  return {simd, blas, loops};
 }
 
 const DLDataType kStorage[] = {kF32, kF16, kBF16};
@@ -128,7 +130,8 @@ TEST(AttentionLayouts, DensePrefill) {
   uint64_t seed = 400;
   for (DLDataType kv : kStorage)
     for (const CpuAttentionOptions& opt : prefill_paths()) {
-      SCOPED_TRACE(dtype_name(kv) + (opt.use_blas ? " blas" : " loops"));
+      SCOPED_TRACE(dtype_name(kv) + " isa " + std::to_string(int(opt.isa)) +
+                   (opt.use_blas ? " blas" : " loops"));
       Workload w(make_spec(8, 2, 64, 16, kPrefillLens, SIEVE_PHASE_PREFILL, kPrefillNew, ++seed,
                            kv, kF32));
       w.request_lse();

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/tolerance.hpp"
 #include "model_files.hpp"
 #include "sieve/model/engine.hpp"
 #include "sieve/model/generate.hpp"
@@ -199,6 +200,33 @@ TEST(Forward, SamplingIsSeededAndTemperatureZeroIsGreedy) {
   EXPECT_EQ(model::sample_token(logits, 0.f, rng), 1);
 }
 
+// A checkpoint directory with reference.json = {"tokens": [...], "logits": [[...] per position]}
+// from a PyTorch implementation: the safetensors loader and the forward pass give those logits at
+// every position (decoding token by token) and at the last one (the prompt in one prefill), to a
+// relative L2 error of at most `bound`, on the CPU and on CUDA where a device exists.
+void expect_reference_logits(const std::string& ckpt, double bound) {
+  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(ckpt + "/reference.json"));
+  const model::ModelWeights w = model::load_model(ckpt);
+  const std::vector<int32_t> tokens = ref["tokens"].get<std::vector<int32_t>>();
+  for (DLDevice dev : {kCpu, DLDevice{kDLCUDA, 0}}) {
+    if (dev.device_type == kDLCUDA && !have_cuda()) continue;
+    model::Engine e(w, options(dev), runtime::ResolvedChains{});
+    const int32_t id = e.add_sequence();
+    std::vector<float> l;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      if (t == 0) e.prefill(std::vector<int32_t>{id}, {{tokens[0]}}, &l);
+      else e.decode(std::vector<int32_t>{id}, std::vector<int32_t>{tokens[t]}, &l);
+      const std::vector<float> want = ref["logits"][t].get<std::vector<float>>();
+      EXPECT_LE(rel(l, want), bound) << ckpt << " on " << device_name(dev) << ", position " << t;
+    }
+    // The whole prompt in one prefill pass: the last position.
+    model::Engine p(w, options(dev), runtime::ResolvedChains{});
+    const int32_t pid = p.add_sequence();
+    p.prefill(std::vector<int32_t>{pid}, {tokens}, &l);
+    EXPECT_LE(rel(l, ref["logits"].back().get<std::vector<float>>()), bound) << ckpt << " prefill";
+  }
+}
+
 // transformers' own Llama and Qwen2 on tiny random checkpoints (tests/model/hf_reference.py
 // writes them where torch is installed): the safetensors loader and the forward pass give its
 // logits at every position.
@@ -206,29 +234,28 @@ TEST(Forward, MatchesTransformersLogits) {
   const char* dir = std::getenv("SIEVE_HF_REFERENCE_DIR");
   if (!dir) GTEST_SKIP() << "SIEVE_HF_REFERENCE_DIR not set (tests/model/hf_reference.py DIR writes the checkpoints)";
   for (const std::string arch : {"llama", "qwen2"}) {
-    const std::string ckpt = std::string(dir) + "/" + arch;
-    const nlohmann::json ref = nlohmann::json::parse(std::ifstream(ckpt + "/reference.json"));
-    const model::ModelWeights w = model::load_model(ckpt);
-    EXPECT_EQ(w.config.qkv_bias, arch == "qwen2");
-    for (DLDevice dev : {kCpu, DLDevice{kDLCUDA, 0}}) {
-      if (dev.device_type == kDLCUDA && !have_cuda()) continue;
-      model::Engine e(w, options(dev), runtime::ResolvedChains{});
-      const int32_t id = e.add_sequence();
-      const std::vector<int32_t> tokens = ref["tokens"].get<std::vector<int32_t>>();
-      std::vector<float> l;
-      for (size_t t = 0; t < tokens.size(); ++t) {
-        if (t == 0) e.prefill(std::vector<int32_t>{id}, {{tokens[0]}}, &l);
-        else e.decode(std::vector<int32_t>{id}, std::vector<int32_t>{tokens[t]}, &l);
-        const std::vector<float> want = ref["logits"][t].get<std::vector<float>>();
-        EXPECT_LE(rel(l, want), 1e-4) << arch << " on " << device_name(dev) << ", position " << t;
-      }
-      // The whole prompt in one prefill pass: the last position.
-      model::Engine p(w, options(dev), runtime::ResolvedChains{});
-      const int32_t pid = p.add_sequence();
-      p.prefill(std::vector<int32_t>{pid}, {tokens}, &l);
-      EXPECT_LE(rel(l, ref["logits"].back().get<std::vector<float>>()), 1e-4) << arch << " prefill";
-    }
+    EXPECT_EQ(model::load_model(std::string(dir) + "/" + arch).config.qkv_bias, arch == "qwen2");
+    expect_reference_logits(std::string(dir) + "/" + arch, 1e-4);
   }
+}
+
+// A model written by the long-context trainer (bench/train/llama.py: its own Llama, saved with
+// its own safetensors writer), with its torch f32 logits (bench/train/test_train.py sets
+// SIEVE_TRAINED_REFERENCE_DIR). Both sides compute in f32; an error made in a reduction of n
+// terms is at most gamma_n relative to the terms' magnitudes, and along the residual stream the
+// errors of the reductions a value passes through add: per layer the two RMSNorms, the q/k/v and
+// o projections and the FFN's gate/up (dim terms each), the score dot product (head_dim), the
+// softmax sum and weighted average (the sequence), the down projection (hidden_dim); then the
+// final norm and the classifier (dim each). The bound is kSafety x gamma of that total (the norms
+// assumed not to amplify a relative error).
+TEST(Forward, MatchesTrainedModelLogits) {
+  const char* dir = std::getenv("SIEVE_TRAINED_REFERENCE_DIR");
+  if (!dir) GTEST_SKIP() << "SIEVE_TRAINED_REFERENCE_DIR not set (bench/train/test_train.py sets it)";
+  const model::ModelConfig c = model::load_model(dir).config;
+  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(std::string(dir) + "/reference.json"));
+  const int64_t n = int64_t(ref["tokens"].size());
+  const int64_t terms = int64_t(c.n_layers) * (5 * c.dim + c.head_dim() + 2 * n + c.hidden_dim) + 2 * c.dim;
+  expect_reference_logits(dir, tolerance::kSafety * tolerance::gamma(terms, tolerance::kF32));
 }
 
 TEST(Forward, RefusesWeightsThatDoNotMatchTheConfig) {

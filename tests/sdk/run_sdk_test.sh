@@ -73,10 +73,17 @@ if command -v pkg-config > /dev/null && command -v cc > /dev/null; then
   # and the installed runtime's engine_pool store over the host's own pages.
   (cd / && "$WORK/c_host_pc" --engine-pool) || fail "c_host (pkg-config build, --engine-pool) failed"
 fi
-# Python through ctypes, on the installed library (no compiler involved).
-if command -v python3 > /dev/null; then
-  python3 "$PREFIX/share/doc/Sieve/examples/python_ctypes/sieve_host.py" "$(find "$PREFIX" -name libsieve_runtime.so | head -1)" ||
-    fail "the Python ctypes host failed"
+# Python: the installed `sieve` package (it finds the installed library, which finds its plugins),
+# with numpy tensors; no compiler involved.
+PY=""
+for p in python3 /usr/bin/python3; do
+  if [ -z "$PY" ] && "$p" -c "import numpy" 2> /dev/null; then PY=$p; fi
+done
+if [ -n "$PY" ]; then
+  (cd / && PYTHONPATH="$(dirname "$(find "$PREFIX" -path '*/python/sieve/__init__.py' | head -1)")/.." \
+    "$PY" "$PREFIX/share/doc/Sieve/examples/python/sieve_host.py") || fail "the Python host (installed sieve package) failed"
+else
+  echo "sdk: no python3 with numpy: the Python host example is not run"
 fi
 
 # 4. Every code block of the guide (tests/sdk/doc_units.py pulls them out of the markdown): the C

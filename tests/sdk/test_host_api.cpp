@@ -94,6 +94,19 @@ struct Tensor {  // host f32 [rows, heads, 64]
   Tensor(const Tensor&) = delete;
 };
 
+// One sequence's call: its rows qo[0]..qo[1] of q/k/v.
+sieve_layer_inputs one_sequence(uint32_t phase, int32_t* seq, const int32_t* qo, const DLTensor* q, const DLTensor* k,
+                                const DLTensor* v, int32_t layer = 0) {
+  auto in = with_header<sieve_layer_inputs>();
+  in.layer = layer;
+  in.phase = phase;
+  in.batch = 1;
+  in.seq_ids = seq;
+  in.qo_indptr = qo;
+  in.q = q, in.k = k, in.v = v;
+  return in;
+}
+
 void randomize(Tensor& x, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (float& v : x.data) v = u(rng);
@@ -228,13 +241,7 @@ std::vector<float> run_one_sequence(sieve_session* s, const std::vector<float>& 
       DLTensor tv{const_cast<float*>(v.data()) + lk + done * krow, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, ks, nullptr, 0};
       DLTensor to{out.data() + lq + done * qrow, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, qs, nullptr, 0};
       int32_t qo[2] = {0, n};
-      auto in = with_header<sieve_layer_inputs>();
-      in.layer = layer;
-      in.phase = phase;
-      in.batch = 1;
-      in.seq_ids = &seq;
-      in.qo_indptr = qo;
-      in.q = &tq, in.k = &tk, in.v = &tv;
+      auto in = one_sequence(phase, &seq, qo, &tq, &tk, &tv, layer);
       EXPECT_EQ(sieve_session_attend(s, &in, &to), SIEVE_OK) << sieve_session_last_error(s);
     }
     EXPECT_EQ(sieve_session_end_step(s, phase, &seq, 1), SIEVE_OK) << sieve_session_last_error(s);
@@ -286,12 +293,7 @@ TEST(HostApi, AttendRefusesBadInput) {
   ASSERT_EQ(sieve_session_add_sequence(s, &seq), SIEVE_OK);
   Tensor q(2, 8), k(2, 2), v(2, 2), out(2, 8);
   int32_t qo[2] = {0, 2};
-  auto good = with_header<sieve_layer_inputs>();
-  good.phase = SIEVE_PHASE_PREFILL;
-  good.batch = 1;
-  good.seq_ids = &seq;
-  good.qo_indptr = qo;
-  good.q = &q.t, good.k = &k.t, good.v = &v.t;
+  const auto good = one_sequence(SIEVE_PHASE_PREFILL, &seq, qo, &q.t, &k.t, &v.t);
   struct Case {
     const char* what;
     std::function<void(sieve_layer_inputs&, DLTensor&)> edit;
@@ -322,6 +324,33 @@ TEST(HostApi, AttendRefusesBadInput) {
   ASSERT_EQ(sieve_session_attend(s, &good, &o), SIEVE_OK) << sieve_session_last_error(s);
   EXPECT_STREQ(sieve_session_last_error(s), "");
   EXPECT_EQ(sieve_session_remove_sequence(s, 12345), SIEVE_ERR_NOT_FOUND);
+  sieve_session_destroy(s);
+}
+
+// Strides: compact row-major is required, but the stride of an extent-1 dimension is free (a
+// one-token decode tensor from PyTorch's DLPack export carries stride 1 there).
+TEST(HostApi, StridesOfExtentOneDimensionsAreIgnored) {
+  Runtime r;
+  sieve_geometry g = geometry(1);
+  sieve_session* s = nullptr;
+  ASSERT_EQ(sieve_session_create(r.rt, &g, nullptr, nullptr, &s), SIEVE_OK) << r.error();
+  int32_t seq = -1;
+  ASSERT_EQ(sieve_session_add_sequence(s, &seq), SIEVE_OK);
+  std::mt19937 rng(3);
+  Tensor q(1, 8), k(1, 2), v(1, 2), out(1, 8);
+  randomize(q, rng), randomize(k, rng), randomize(v, rng);
+  int64_t q_strides[3] = {1, 64, 1}, kv_strides[3] = {7, 64, 1};
+  q.t.strides = q_strides, k.t.strides = kv_strides, v.t.strides = kv_strides;
+  int32_t qo[2] = {0, 1};
+  auto in = one_sequence(SIEVE_PHASE_PREFILL, &seq, qo, &q.t, &k.t, &v.t);
+  ASSERT_EQ(sieve_session_attend(s, &in, &out.t), SIEVE_OK) << sieve_session_last_error(s);
+  // One key: the output is that key's value row for every head of its group.
+  for (int h = 0; h < 8; ++h)
+    for (int c = 0; c < 64; ++c) EXPECT_FLOAT_EQ(out.data[size_t(h * 64 + c)], v.data[size_t((h / 4) * 64 + c)]);
+  int64_t bad[3] = {1, 1, 8};  // heads and channels swapped: not compact
+  k.t.strides = bad;
+  EXPECT_EQ(sieve_session_attend(s, &in, &out.t), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(sieve_session_last_error(s), "k must be compact row-major");
   sieve_session_destroy(s);
 }
 
@@ -356,17 +385,29 @@ TEST(HostApi, ChainSessionDiffersFromDense) {
   sieve_session_destroy(dense);
 }
 
-// A CUDA session on device tensors equals a CPU session on the same inputs.
-TEST(HostApiCuda, MatchesTheCpuSession) {
+// A CUDA session on device tensors equals a CPU session on the same inputs, on its own stream
+// and (host API 1.2) on a stream the host hands it.
+class HostApiCuda : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Stream, HostApiCuda, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "CallersStream" : "OwnStream"; });
+
+TEST_P(HostApiCuda, MatchesTheCpuSession) {
   if (sieve::runtime::cuda_devices() == 0) GTEST_SKIP() << "no CUDA device: the CUDA session is checked on a GPU machine";
   Runtime r;
   ASSERT_EQ(sieve_runtime_add_plugin_dir(r.rt, SIEVE_PLUGIN_DIR), SIEVE_OK);
   sieve_geometry gc = geometry(2, {kDLCPU, 0}), gd = geometry(2, {kDLCUDA, 0});
   sieve_session *cpu = nullptr, *gpu = nullptr;
-  ASSERT_EQ(sieve_session_create(r.rt, &gc, nullptr, nullptr, &cpu), SIEVE_OK) << r.error();
-  ASSERT_EQ(sieve_session_create(r.rt, &gd, nullptr, nullptr, &gpu), SIEVE_OK) << r.error();
-  EXPECT_NE(sieve_session_cuda_stream(gpu), nullptr);
+  // The uploads below and the host's stream come from one HostServices: its stream stands for
+  // the host's (PyTorch's current stream in the Python binding).
   sieve::runtime::HostServices dev({kDLCUDA, 0});
+  auto o = with_header<sieve_session_options>();
+  o.check = 1;
+  o.cuda_stream = GetParam() ? dev.cuda_stream() : nullptr;
+  ASSERT_EQ(sieve_session_create(r.rt, &gc, nullptr, nullptr, &cpu), SIEVE_OK) << r.error();
+  ASSERT_EQ(sieve_session_create(r.rt, &gd, nullptr, &o, &gpu), SIEVE_OK) << r.error();
+  EXPECT_NE(sieve_session_cuda_stream(gpu), nullptr);
+  if (GetParam()) EXPECT_EQ(sieve_session_cuda_stream(gpu), dev.cuda_stream());
+  else EXPECT_NE(sieve_session_cuda_stream(gpu), dev.cuda_stream());
   const DLDevice cuda{kDLCUDA, 0}, host{kDLCPU, 0};
   const int32_t T = 40;
   std::mt19937 rng(11);
@@ -387,11 +428,7 @@ TEST(HostApiCuda, MatchesTheCpuSession) {
   ASSERT_EQ(sieve_session_add_sequence(cpu, &seq_c), SIEVE_OK);
   ASSERT_EQ(sieve_session_add_sequence(gpu, &seq_g), SIEVE_OK);
   int32_t qo[2] = {0, T};
-  auto in = with_header<sieve_layer_inputs>();
-  in.phase = SIEVE_PHASE_PREFILL;
-  in.batch = 1;
-  in.qo_indptr = qo;
-  in.seq_ids = &seq_c, in.q = &q.t, in.k = &k.t, in.v = &v.t;
+  auto in = one_sequence(SIEVE_PHASE_PREFILL, &seq_c, qo, &q.t, &k.t, &v.t);
   ASSERT_EQ(sieve_session_attend(cpu, &in, &out_cpu.t), SIEVE_OK) << sieve_session_last_error(cpu);
   in.seq_ids = &seq_g, in.q = &dq, in.k = &dk, in.v = &dv;
   ASSERT_EQ(sieve_session_attend(gpu, &in, &dout), SIEVE_OK) << sieve_session_last_error(gpu);
@@ -409,6 +446,33 @@ TEST(HostApiCuda, MatchesTheCpuSession) {
   for (DLTensor* t : {&dq, &dk, &dv, &dout}) dev.table()->free(dev.table()->host_ctx, cuda, t->data);
   sieve_session_destroy(gpu);
   sieve_session_destroy(cpu);
+}
+
+// Host API 1.2: a stream is for CUDA sessions only, refused with one line on the CPU.
+TEST(HostApi12, ACpuSessionRefusesACudaStream) {
+  EXPECT_EQ(sieve_host_api_version(), (1u << 16) | 2u);
+  Runtime r;
+  ASSERT_EQ(sieve_runtime_add_plugin_dir(r.rt, SIEVE_PLUGIN_DIR), SIEVE_OK);
+  sieve_geometry g = geometry();
+  auto o = with_header<sieve_session_options>();
+  int not_a_stream = 0;
+  o.cuda_stream = &not_a_stream;
+  sieve_session* s = nullptr;
+  EXPECT_EQ(sieve_session_create(r.rt, &g, nullptr, &o, &s), SIEVE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_EQ(r.error(), "a CUDA stream was given for a session on cpu");
+}
+
+// Host API 1.2: without the probe process the same plugin files load (directly, trusted).
+TEST(HostApi12, NoProbeLoadsTheSamePlugins) {
+  Runtime probed, direct(SIEVE_RUNTIME_NO_ENV | SIEVE_RUNTIME_NO_DEFAULT_DIRS | SIEVE_RUNTIME_NO_PROBE);
+  for (Runtime* r : {&probed, &direct}) ASSERT_EQ(sieve_runtime_add_plugin_dir(r->rt, SIEVE_PLUGIN_DIR), SIEVE_OK);
+  const std::vector<std::string> names = probed.names();
+  EXPECT_THAT(names, ::testing::Contains("dense"));
+  EXPECT_EQ(direct.names(), names);
+  uint32_t failures = 1;
+  ASSERT_EQ(sieve_runtime_failure_count(direct.rt, &failures), SIEVE_OK);
+  EXPECT_EQ(failures, 0u);
 }
 
 // ---- Host API 1.1: choosing the KV store ------------------------------------------------------

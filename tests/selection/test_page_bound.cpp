@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "bound_rows.hpp"  // the portable CPU bound kernel (core/selection/src)
 #include "common/tolerance.hpp"
 #include "mocks/fake_paged_kv.hpp"
 #include "mocks/mock_kv_store.hpp"
@@ -191,7 +192,7 @@ TEST(PageBound, ScoresPerQueryHeadAndGroupMaxInBothLayouts) {
   const DLTensor t = side.tensor(*call.get());
   const int32_t nnz = call.view().indptr_host[2];
   std::vector<float> per_head(size_t(nnz) * 4, NAN), per_head_t(size_t(nnz) * 4, NAN),
-      group(size_t(nnz) * 2, NAN), scratch(size_t(6) * 8);
+      group(size_t(nnz) * 2, NAN), scratch(size_t(sel::page_bounds_scratch_floats(4, 8)));
   sel::page_bounds_cpu(call.view(), t, *call.get()->q, call.get()->qo_indptr_host, 4, false,
                        per_head.data(), {4, 1}, scratch.data());
   sel::page_bounds_cpu(call.view(), t, *call.get()->q, call.get()->qo_indptr_host, 4, false,
@@ -212,6 +213,107 @@ TEST(PageBound, ScoresPerQueryHeadAndGroupMaxInBothLayouts) {
         ASSERT_EQ(group[size_t(j) * 2 + size_t(kh)],
                   std::max(per_head[size_t(j) * 4 + size_t(2 * kh)], per_head[size_t(j) * 4 + size_t(2 * kh + 1)]));
     }
+}
+
+// page_bounds_cpu (bound order, vectors and hardware FMA where the CPU has them, threads over a
+// long sequence's pages) gives page_bound's canonical bits for every (page, head): head dims of 8
+// lanes (<= 64) and 16, below, at and past one round and not a multiple of 8, groups of 1-5
+// heads, f32 and bf16 sidecars, and a sequence long enough for threads (1025 pages x 2 KV heads
+// x 4 x 128 multiply-adds >= 2^20).
+TEST(PageBound, BoundsOfEveryHeadAreTheCanonicalBits) {
+  struct Geo {
+    int32_t hq, hkv, d;
+    DLDataType dt;
+    int32_t len0;
+  };
+  for (Geo geo : {Geo{4, 2, 8, sieve::kF32, 23}, Geo{5, 1, 72, sieve::kBF16, 23},
+                  Geo{8, 2, 128, sieve::kF32, 23}, Geo{6, 6, 264, sieve::kBF16, 23},
+                  Geo{3, 3, 131, sieve::kF32, 23}, Geo{4, 1, 64, sieve::kBF16, 23},
+                  Geo{2, 2, 40, sieve::kF32, 23}, Geo{8, 2, 128, sieve::kBF16, 4097}}) {
+    SCOPED_TRACE(std::to_string(geo.hq) + "q/" + std::to_string(geo.hkv) + "kv d " + std::to_string(geo.d) +
+                 ", " + std::to_string(geo.len0) + " tokens");
+    sieve_geometry g = test_geometry(4, 8, 8192);
+    g.n_q_heads = geo.hq, g.n_kv_heads = geo.hkv, g.head_dim = geo.d, g.rope_dim = geo.d - geo.d % 2;
+    g.kv_dtype = geo.dt;
+    FakePagedKv fake(test_kv_config(g, geo.len0 / 4 + 8));
+    ::testing::NiceMock<MockKvStore> store;
+    store.delegate_to(fake);
+    sel::MinMaxSidecar side(store.handle(), store.api(), g, "quest.minmax");
+    std::vector<int32_t> ids(2);
+    std::mt19937 rng(uint32_t(geo.d));
+    for (auto& id : ids) ASSERT_EQ(fake.add_sequence(&id), SIEVE_OK);
+    ASSERT_EQ(fake.append_random(ids[0], geo.len0, rng), SIEVE_OK);
+    ASSERT_EQ(fake.append_random(ids[1], 6, rng), SIEVE_OK);
+    LayerCall call(fake, g, SIEVE_PHASE_DECODE, 0, ids, {1, 1}, rng, store.handle(), store.api());
+    side.on_append(*call.get(), nullptr);
+    const DLTensor t = side.tensor(*call.get());
+    const int32_t nnz = call.view().indptr_host[2], G = geo.hq / geo.hkv, d = geo.d;
+    std::vector<float> per_head(size_t(nnz) * geo.hq), group(size_t(nnz) * geo.hkv),
+        scratch(size_t(sel::page_bounds_scratch_floats(geo.hq, d))), q(size_t(geo.hq) * d),
+        mm(size_t(2) * d);
+    sel::page_bounds_cpu(call.view(), t, *call.get()->q, call.get()->qo_indptr_host, geo.hq, false,
+                         per_head.data(), {geo.hq, 1}, scratch.data());
+    sel::page_bounds_cpu(call.view(), t, *call.get()->q, call.get()->qo_indptr_host, geo.hq, true,
+                         group.data(), {geo.hkv, 1}, scratch.data());
+    const DLTensor& qt = *call.get()->q;
+    for (int32_t b = 0; b < 2; ++b) {
+      for (int64_t i = 0; i < int64_t(geo.hq) * d; ++i)
+        q[size_t(i)] = sieve::load_float(qt.data, qt.dtype, int64_t(b) * geo.hq * d + i);
+      for (int32_t j = call.view().indptr_host[b]; j < call.view().indptr_host[b + 1]; ++j) {
+        const int32_t phys = sieve::data_ptr<int32_t>(call.view().indices)[j];
+        for (int32_t kh = 0; kh < geo.hkv; ++kh) {
+          for (int32_t c = 0; c < 2 * d; ++c)
+            mm[size_t(c)] = sieve::load_float(t.data, t.dtype, (int64_t(phys) * geo.hkv + kh) * 2 * d + c);
+          float best = 0;
+          for (int32_t u = 0; u < G; ++u) {
+            const int32_t h = kh * G + u;
+            const float want = sel::page_bound(q.data() + int64_t(h) * d, mm.data(), mm.data() + d, d);
+            best = sel::group_max_step(best, want, u == 0);
+            const float got = per_head[size_t(j) * geo.hq + size_t(h)];
+            ASSERT_EQ(std::memcmp(&got, &want, sizeof want), 0) << "page " << j << " head " << h << ": " << got
+                                                                 << " vs " << want;
+          }
+          const float got = group[size_t(j) * geo.hkv + size_t(kh)];
+          ASSERT_EQ(std::memcmp(&got, &best, sizeof best), 0) << "page " << j << " KV head " << kh;
+        }
+      }
+    }
+  }
+}
+
+// The portable copy of the bound kernel (used where the CPU lacks AVX2 / FMA) on operands put in
+// bound order here from its definition, against page_bound bit for bit: 8 and 16 lanes, padded
+// rounds, zeros and both signs of q.
+TEST(PageBound, PortableBoundKernelIsTheCanonicalSum) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  for (int32_t d : {8, 40, 64, 72, 128, 131, 264}) {
+    const int32_t lanes = sel::bound_order_lanes(d);
+    const int64_t n = sel::bound_order_floats(d);
+    auto to_bound_order = [&](const std::vector<float>& x) {
+      std::vector<float> y(size_t(n), 0.0f);
+      for (int32_t c = 0; c < d; ++c) {  // chunk c / 8 (partial chunk % lanes), step c % 8
+        const int32_t chunk = c / sel::kBoundChunk, round = chunk / lanes;
+        const int64_t at =
+            int64_t(round) * lanes * sel::kBoundChunk + (c % sel::kBoundChunk) * lanes + chunk % lanes;
+        y[size_t(at)] = x[size_t(c)];
+      }
+      return y;
+    };
+    std::vector<float> q(static_cast<size_t>(d)), lo = q, hi = q;
+    for (int32_t c = 0; c < d; ++c) {
+      q[size_t(c)] = c % 11 == 0 ? 0.0f : nd(rng);
+      const float a = nd(rng), b = nd(rng);
+      lo[size_t(c)] = std::min(a, b);
+      hi[size_t(c)] = std::max(a, b);
+    }
+    const std::vector<float> qb = to_bound_order(q), lb = to_bound_order(lo), hb = to_bound_order(hi);
+    float got = NAN;
+    sel::bound_rows_impl(qb.data(), 1, lb.data(), hb.data(), d, &got);
+    const float want = sel::page_bound(q.data(), lo.data(), hi.data(), d);
+    ASSERT_EQ(std::memcmp(&got, &want, sizeof want), 0)
+        << "head_dim " << d << ": " << got << " vs " << want;
+  }
 }
 
 // Engine layouts (ABI 1.1 strided views): the same ragged appends into a compact store and into
@@ -262,7 +364,8 @@ TEST(PageBound, EngineLayoutsGiveTheSameSidecarsAndBounds) {
         ASSERT_EQ(std::memcmp(sa.data, sb.data, side_bytes), 0) << "round " << round;
 
         const int32_t nnz = va.indptr_host[3];
-        std::vector<float> bound_a(size_t(nnz) * 4, NAN), bound_b = bound_a, scratch(size_t(6) * 8);
+        std::vector<float> bound_a(size_t(nnz) * 4, NAN), bound_b = bound_a,
+            scratch(size_t(sel::page_bounds_scratch_floats(4, 8)));
         sel::page_bounds_cpu(va, sa, q.dl(), qo, g.n_q_heads, false, bound_a.data(), {4, 1}, scratch.data());
         sel::page_bounds_cpu(vb, sb, q.dl(), qo, g.n_q_heads, false, bound_b.data(), {4, 1}, scratch.data());
         ASSERT_EQ(std::memcmp(bound_a.data(), bound_b.data(), bound_a.size() * 4), 0);

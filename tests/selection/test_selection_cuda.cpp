@@ -165,7 +165,8 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
       sieve::HostTensor q({3, g.n_q_heads, head_dim}, round % 2 ? sieve::kBF16 : round == 4 ? sieve::kF16 : sieve::kF32);
       for (int64_t i = 0; i < q.numel(); ++i) q.set(i, n(rng));
       const std::vector<int32_t> qo = {0, 1, 2, 3};
-      std::vector<float> cpu(size_t(indptr[3]) * H), scratch(size_t(g.n_q_heads + 2) * head_dim);
+      std::vector<float> cpu(size_t(indptr[3]) * H),
+          scratch(size_t(sel::page_bounds_scratch_floats(g.n_q_heads, head_dim)));
       sel::page_bounds_cpu(view, side, q.dl(), qo.data(), g.n_q_heads, group_max, cpu.data(),
                            {1, indptr[3]}, scratch.data());
       Dev<char> d_q(q.dl().data, q.nbytes());

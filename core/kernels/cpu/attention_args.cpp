@@ -2,6 +2,7 @@
 #include "sieve/kernels/attention_args.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <initializer_list>
 
 #include "sieve/util/page_layout.hpp"
@@ -214,6 +215,47 @@ std::string check_selection(const sieve_attention_args& a) {
   return {};
 }
 
+// The variant's structure (attention.h): row geometry, tensor shapes and dtypes, and what it
+// cannot be combined with. Contents: check_variant_contents.
+std::string check_variant(const sieve_attention_args& a) {
+  const sieve_attention_variant& v = *attention_variant(a);
+  if (v.hdr.struct_size < sizeof(sieve_attention_variant))
+    return "variant: struct_size " + std::to_string(v.hdr.struct_size) +
+           " is smaller than sieve_attention_variant (" + std::to_string(sizeof(sieve_attention_variant)) + ")";
+  if (a.selection && a.selection->kind != SIEVE_SEL_ALL)
+    return "variant: the variant's spans replace the selection, which must be NULL or ALL (kind " +
+           std::to_string(a.selection->kind) + ")";
+  if (a.q_rows) return "variant: q_rows must be NULL with a variant (every query row is computed)";
+  if (a.stats != SIEVE_STATS_NONE) return "variant: stats must be NONE with a variant";
+  if (v.heads > SIEVE_SEL_PER_Q_HEAD)
+    return "variant.heads: " + std::to_string(v.heads) + " is not PER_SEQUENCE (0), PER_KV_HEAD (1) or PER_Q_HEAD (2)";
+  if (v.q_block < 1) return "variant.q_block: " + std::to_string(v.q_block) + ", expected >= 1";
+  if (v.flags & ~uint32_t(SIEVE_VARIANT_F32_WEIGHTS))
+    return "variant.flags: " + std::to_string(v.flags) + " has bits that are not sieve_variant_flags";
+  const int32_t batch = a.kv->batch;
+  const int32_t H = selection_head_count(v.heads, a.n_q_heads, a.n_kv_heads);
+  const int64_t rows = query_block_offsets(a.qo_indptr_host, batch, v.q_block)[size_t(batch)] * H;
+  if (v.n_rows != rows)
+    return "variant.n_rows: " + std::to_string(v.n_rows) + ", expected " + std::to_string(rows) +
+           " (query blocks of q_block " + std::to_string(v.q_block) + " x " + std::to_string(H) + " row heads)";
+  SIEVE_TRY(check_shape(&v.row_spans, "variant.row_spans", {{v.n_rows, "n_rows"}, {2, "begin, end"}}));
+  SIEVE_TRY(check_dtype(&v.row_spans, "variant.row_spans", kI32));
+  SIEVE_TRY(check_shape(&v.spans, "variant.spans", {{-1, "n_spans"}, {3, "kind, begin, end"}}));
+  SIEVE_TRY(check_dtype(&v.spans, "variant.spans", kI32));
+  SIEVE_TRY(check_shape(&v.packed_pos, "variant.packed_pos", {{-1, "n_packed"}}));
+  SIEVE_TRY(check_dtype(&v.packed_pos, "variant.packed_pos", kI32));
+  const int64_t n_packed = v.packed_pos.shape[0];
+  if (v.packed_count.data) {
+    SIEVE_TRY(check_shape(&v.packed_count, "variant.packed_count", {{n_packed, "n_packed"}}));
+    SIEVE_TRY(check_dtype(&v.packed_count, "variant.packed_count", kI32));
+  }
+  if (v.packed_bias.data) {
+    SIEVE_TRY(check_shape(&v.packed_bias, "variant.packed_bias", {{n_packed, "n_packed"}}));
+    SIEVE_TRY(check_dtype(&v.packed_bias, "variant.packed_bias", kF32));
+  }
+  return {};
+}
+
 std::string check_stats(const sieve_attention_args& a) {
   if (a.stats == SIEVE_STATS_NONE) return {};
   if (a.stats != SIEVE_STATS_PAGE_MASS_PER_KV_HEAD && a.stats != SIEVE_STATS_PAGE_MASS_ALL_HEADS)
@@ -251,6 +293,13 @@ std::string check_devices(const sieve_attention_args& a) {
   }
   SIEVE_TRY(on(a.q_rows, "q_rows"));
   SIEVE_TRY(on(a.lse, "lse"));
+  if (const sieve_attention_variant* v = attention_variant(a)) {
+    SIEVE_TRY(on(&v->row_spans, "variant.row_spans"));
+    SIEVE_TRY(on(&v->spans, "variant.spans"));
+    SIEVE_TRY(on(&v->packed_pos, "variant.packed_pos"));
+    if (v->packed_count.data) SIEVE_TRY(on(&v->packed_count, "variant.packed_count"));
+    if (v->packed_bias.data) SIEVE_TRY(on(&v->packed_bias, "variant.packed_bias"));
+  }
   if (a.stats != SIEVE_STATS_NONE) SIEVE_TRY(on(a.page_mass, "page_mass"));
   return {};
 }
@@ -258,10 +307,11 @@ std::string check_devices(const sieve_attention_args& a) {
 }  // namespace
 
 std::string check_attention_args(const sieve_attention_args& a) {
-  if (a.hdr.struct_size < sizeof(sieve_attention_args))
+  // A 1.0 producer's args end before `variant` (ABI 1.1): the same call without a variant.
+  constexpr size_t v1_0_size = offsetof(sieve_attention_args, variant);
+  if (a.hdr.struct_size < v1_0_size)
     return "args: struct_size " + std::to_string(a.hdr.struct_size) +
-           " is smaller than sieve_attention_args (" + std::to_string(sizeof(sieve_attention_args)) +
-           ")";
+           " is smaller than sieve_attention_args of ABI 1.0 (" + std::to_string(v1_0_size) + ")";
   if (a.phase != SIEVE_PHASE_PREFILL && a.phase != SIEVE_PHASE_DECODE)
     return "phase: " + std::to_string(a.phase) + " is not PREFILL (1) or DECODE (2)";
   if (a.n_q_heads < 1) return "n_q_heads: " + std::to_string(a.n_q_heads) + ", expected >= 1";
@@ -279,6 +329,7 @@ std::string check_attention_args(const sieve_attention_args& a) {
   SIEVE_TRY(check_queries(a));
   if (a.selection) SIEVE_TRY(check_selection(a));
   SIEVE_TRY(check_stats(a));
+  if (attention_variant(a)) SIEVE_TRY(check_variant(a));
   return check_devices(a);
 }
 
@@ -351,6 +402,47 @@ std::string check_selection_contents(const sieve_attention_args& a, const int32_
   return {};
 }
 
+std::string check_variant_contents(const sieve_attention_args& a, const int32_t* row_spans,
+                                   const int32_t* spans, const int32_t* packed_pos,
+                                   const int32_t* packed_count) {
+  const sieve_attention_variant& v = *attention_variant(a);
+  const int64_t n_spans = v.spans.shape[0], n_packed = v.packed_pos.shape[0];
+  const int32_t H = selection_head_count(v.heads, a.n_q_heads, a.n_kv_heads);
+  int64_t c_b = 0;
+  for (int32_t b = 0; b < a.kv->batch; ++b) {
+    const int32_t n_qb = query_blocks(a.qo_indptr_host[b + 1] - a.qo_indptr_host[b], v.q_block);
+    const int32_t len = kv_len(*a.kv, b);
+    for (int64_t r = c_b * H; r < (c_b + n_qb) * H; ++r) {
+      const int32_t s0 = row_spans[2 * r], s1 = row_spans[2 * r + 1];
+      auto where = [&] { return "variant row " + std::to_string(r) + " (sequence " + std::to_string(b) + ")"; };
+      if (s0 < 0 || s1 < s0 || s1 > n_spans)
+        return where() + ": spans [" + std::to_string(s0) + ", " + std::to_string(s1) + ") are not inside [0, " +
+               std::to_string(n_spans) + ")";
+      for (int32_t i = s0; i < s1; ++i) {
+        const int32_t kind = spans[3 * i], begin = spans[3 * i + 1], end = spans[3 * i + 2];
+        const std::string span = "variant.spans[" + std::to_string(i) + "] = {" + std::to_string(kind) + ", " +
+                                 std::to_string(begin) + ", " + std::to_string(end) + "}";
+        if (kind != SIEVE_SPAN_KEYS && kind != SIEVE_SPAN_PACKED)
+          return where() + ": " + span + " has a kind that is not KEYS (0) or PACKED (1)";
+        if (begin < 0 || end < begin || (kind == SIEVE_SPAN_PACKED && end > n_packed))
+          return where() + ": " + span + " is not a range inside [0, " +
+                 (kind == SIEVE_SPAN_PACKED ? std::to_string(n_packed) + ") (packed keys)" : std::string("inf)"));
+        if (kind != SIEVE_SPAN_PACKED) continue;
+        for (int32_t e = begin; e < end; ++e) {
+          if (packed_pos[e] < 0 || packed_pos[e] >= len)
+            return where() + ": variant.packed_pos[" + std::to_string(e) + "] = " + std::to_string(packed_pos[e]) +
+                   " is outside the sequence's " + std::to_string(len) + " keys";
+          if (packed_count && packed_count[e] < 1)
+            return where() + ": variant.packed_count[" + std::to_string(e) + "] = " + std::to_string(packed_count[e]) +
+                   ", expected >= 1";
+        }
+      }
+    }
+    c_b += n_qb;
+  }
+  return {};
+}
+
 std::string check_q_rows_contents(const sieve_attention_args& a, const int32_t* q_rows) {
   const int64_t m = a.q_rows->shape[0];
   const int32_t tokens = a.qo_indptr_host[a.kv->batch];
@@ -382,6 +474,14 @@ AttentionShape attention_shape(const sieve_attention_args& a) {
     s.q_block = a.selection->q_block;
     s.k_block_pages = a.selection->k_block_pages;
     s.n_rows = a.selection->n_rows;
+  }
+  if (const sieve_attention_variant* v = attention_variant(a)) {
+    s.variant = true;
+    s.var_heads = v->heads;
+    s.var_h = selection_head_count(v->heads, s.hq, s.hkv);
+    s.var_q_block = v->q_block;
+    s.var_rows = v->n_rows;
+    s.var_flags = v->flags;
   }
   s.q_rows = a.q_rows ? a.q_rows->shape[0] : -1;
   s.stats = a.stats;

@@ -1,6 +1,6 @@
 // The decode kernel (decode_loop.hpp) on 16-float AVX-512 vectors. Compiled with
-// -mavx512f -mavx512bw -mfma -mf16c; called only where the CPU has them (attention_cpu.cpp).
-#include "decode_avx512.hpp"
+// -mavx512f -mavx512bw -mfma -mf16c; called only where the CPU has them (tile.cpp).
+#include "simd_avx512.hpp"
 #include "decode_loop.hpp"
 #include "decode_rows.hpp"
 

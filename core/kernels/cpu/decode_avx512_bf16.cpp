@@ -3,7 +3,7 @@
 // that is otherwise bound by them (measured on the 2-core EPYC: 2.4 zmm FMAs per ns per core, 2.7
 // vdpbf16ps).
 // Compiled with -mavx512f -mavx512bw -mavx512bf16 -mfma -mf16c; called only for bf16 q and K/V, a
-// head dim that is a multiple of 32, and where the CPU has AVX512_BF16 (attention_cpu.cpp).
+// head dim that is a multiple of 32, and where the CPU has AVX512_BF16 (tile.cpp).
 //
 // Scores: q as stored (bf16) against the key rows, bf16 x bf16 products exact in f32 and summed
 // in f32, then multiplied by the softmax scale (the FMA variants round q * scale instead: one
@@ -14,7 +14,7 @@
 // dot order: lanes of the low vector hold dims 8L + i, of the high one 8L + 4 + i (128-bit lane
 // L, i < 4); reorder() puts them in and out of it. vdpbf16ps treats bf16 subnormals (below
 // 1.2e-38) as zero.
-#include "decode_avx512.hpp"
+#include "simd_avx512.hpp"
 #include "decode_loop.hpp"
 #include "decode_rows.hpp"
 

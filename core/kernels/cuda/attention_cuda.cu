@@ -7,6 +7,9 @@
 //     (attention_row.cu);
 //   - prefill over every query token: a tiled kernel, on tensor cores (attention_prefill_mma.cu)
 //     under the same conditions, else FMA (attention_prefill.cu);
+//   - an attention variant (sieve_attention_variant): its own kernel over the variant rows' spans,
+//     on tensor cores (attention_variant_mma.cu) under the same conditions, else FMA
+//     (attention_variant.cu);
 //   - page statistics (decode): page_mass zeroed, then a reduction with the final lse
 //     (attention_stats.cu): on the tensor-core path over the logits the row kernel stored in its
 //     attention pass (no second read of K), else a second pass recomputing q·k from K.
@@ -22,6 +25,7 @@
 #include <mutex>
 
 #include "attention_cuda_common.cuh"
+#include "attention_variant.cuh"
 #if SIEVE_CUDA_HOPPER
 #include "hopper/prefill_wgmma.hpp"
 #endif
@@ -42,8 +46,8 @@ constexpr int kMaxSplits = 256;
 constexpr int kMinPagesPerSplit = 8;  // below ~128 keys per split the combine costs more than it saves
 // Tensor-core row kernel splits (see mma_splits): 2 CTAs fit per SM (shared memory); a CTA costs
 // about kMmaCtaSetupKeys keys' worth of time to start (dependent loads of the page table and
-// selection, the first tiles); a split holds at least kMmaMinSplitKeys keys, decided per row on
-// the device, so a sparse row is not spread thinner than that.
+// selection, the first tiles); a row takes one split per kMmaMinSplitKeys keys begun, decided per
+// row on the device, so a sparse row is not spread much thinner than that.
 constexpr int kMmaCtasPerSm = 2;
 constexpr int kMmaCtaSetupKeys = 256;
 constexpr int kMmaMinSplitKeys = 256;
@@ -141,7 +145,10 @@ struct Plan {
 
 // Refusals beyond check_attention_args: what these kernels are not built for.
 std::string unsupported_here(const AttentionShape& s) {
-  if (s.d != 8 && s.d != 64 && s.d != 128)
+  if (s.variant && s.d > cuda::kMaxVariantHeadDim)
+    return "head_dim: " + std::to_string(s.d) + "; attention variants on CUDA take head_dim <= " +
+           std::to_string(cuda::kMaxVariantHeadDim);
+  if (!s.variant && s.d != 8 && s.d != 64 && s.d != 128)
     return "head_dim: " + std::to_string(s.d) + "; the CUDA kernels are built for 8, 64 and 128";
   if (s.stats != SIEVE_STATS_NONE && s.page_size > kMaxStatsPageSize)
     return "kv.page_size: " + std::to_string(s.page_size) + "; page statistics on CUDA take pages of at most " +
@@ -202,10 +209,26 @@ bool tensor_core_eligible(const sieve_attention_args& a, const AttentionShape& s
          aligned(*a.q) && aligned(a.kv->k_pages) && aligned(a.kv->v_pages);
 }
 
+// An attention variant: the tensor-core variant kernel where the prefill one would run (unless the
+// variant keeps its weights f32), its CTA's heads sharing one variant row (a row per query head: one head per CTA), else the FMA variant
+// kernel, one query head per CTA.
+Plan variant_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, Plan p) {
+  const AttentionShape& s = p.s;
+  p.mma = o.tensor_cores && tensor_core_eligible(a, s) && !(s.var_flags & SIEVE_VARIANT_F32_WEIGHTS);
+  p.hg = !p.mma || s.var_heads == SIEVE_SEL_PER_Q_HEAD ? 1 : std::min(s.group, cuda::kMaxHeadsPerCta);
+  p.chunks = (s.group + p.hg - 1) / p.hg;
+  p.tile_tokens = p.mma ? cuda::kMmaPrefillRows / p.hg : cuda::kVariantRows;
+  for (int32_t b = 0; b < s.batch; ++b)
+    p.max_tiles = std::max(p.max_tiles, cuda::variant_tiles(a.qo_indptr_host[b + 1] - a.qo_indptr_host[b],
+                                                            s.var_q_block, p.tile_tokens));
+  return p;
+}
+
 Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int sm_count) {
   Plan p;
   p.s = attention_shape(a);
   const AttentionShape& s = p.s;
+  if (s.variant) return variant_plan(a, o, p);
   const bool per_q_head = !s.dense && s.sel_heads == SIEVE_SEL_PER_Q_HEAD;
   p.row_path = !s.prefill || s.q_rows >= 0;
   p.mma = o.tensor_cores && tensor_core_eligible(a, s);
@@ -215,20 +238,19 @@ Plan make_plan(const sieve_attention_args& a, const CudaAttentionOptions& o, int
   else max_hg = cuda::kMaxHeadsPerCta;
   p.hg = per_q_head ? 1 : std::min(s.group, max_hg);
   p.chunks = (s.group + p.hg - 1) / p.hg;
-  int32_t max_len = 0;
-  for (int32_t b = 0; b < s.batch; ++b) {
-    p.max_pages = std::max(p.max_pages, kv_pages(*a.kv, b));
-    max_len = std::max(max_len, kv_len(*a.kv, b));
-  }
+  for (int32_t b = 0; b < s.batch; ++b) p.max_pages = std::max(p.max_pages, kv_pages(*a.kv, b));
   if (p.row_path) {
     p.n_work = s.q_rows >= 0 ? int32_t(s.q_rows) : s.n_q_tokens;
     const int64_t ctas = int64_t(p.n_work) * s.hkv * p.chunks;
     if (o.kv_splits > 0) {
       p.splits = std::min(o.kv_splits, kMaxSplits);
     } else if (p.mma) {
-      // An upper bound from the longest dense row; each row uses what its key list needs.
+      // An upper bound from the longest dense row, counted in whole pages so that the plan
+      // changes only when a page is added: a decode step replayed from a CUDA graph within a
+      // page runs the plan an eager call would (LayerRunner's graphs key on the page counts).
+      // Each row uses what its key list needs.
       const int64_t min_keys = o.split_min_keys > 0 ? o.split_min_keys : kMmaMinSplitKeys;
-      p.splits = mma_splits(ctas, max_len, min_keys, sm_count);
+      p.splits = mma_splits(ctas, int64_t(p.max_pages) * s.page_size, min_keys, sm_count);
       p.split_min_keys = int32_t(min_keys);
     } else {
       // Enough CTAs for ~4 per SM; no split shorter than kMinPagesPerSplit pages.
@@ -296,7 +318,7 @@ sieve_status check_and_plan(const sieve_attention_args& a, const CudaAttentionOp
   if (sieve_status st_ = device_state(dev, st, error); st_ != SIEVE_OK) return st_;
   *plan = make_plan(a, o, (*st)->sm_count);
 #if SIEVE_CUDA_HOPPER
-  plan->hopper = o.hopper && !plan->row_path && plan->mma &&
+  plan->hopper = o.hopper && !s.variant && !plan->row_path && plan->mma &&
                  cuda::sm90::prefill_wgmma_unsupported(dev, s.d, s.page_size).empty();
 #endif
   return SIEVE_OK;
@@ -359,6 +381,19 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   p.stats_h = s.stats_h;
   p.page_mass = s.stats != SIEVE_STATS_NONE ? data_ptr<float>(*a.page_mass) : nullptr;
   p.err = st->err;
+  if (const sieve_attention_variant* v = attention_variant(a)) {
+    p.kv_dt = require_storage(kv.k_pages.dtype, "kv.k_pages");
+    p.var_heads = int32_t(s.var_heads);
+    p.var_h = s.var_h;
+    p.var_q_block = s.var_q_block;
+    p.row_spans = data_ptr<const int32_t>(v->row_spans);
+    p.spans = data_ptr<const int32_t>(v->spans);
+    p.n_spans = int32_t(v->spans.shape[0]);
+    p.packed_pos = data_ptr<const int32_t>(v->packed_pos);
+    p.packed_count = v->packed_count.data ? data_ptr<const int32_t>(v->packed_count) : nullptr;
+    p.packed_bias = v->packed_bias.data ? data_ptr<const float>(v->packed_bias) : nullptr;
+    p.n_packed = int32_t(v->packed_pos.shape[0]);
+  }
 
   const Storage kv_dt = require_storage(kv.k_pages.dtype, "kv.k_pages");
   const bool stats = s.stats != SIEVE_STATS_NONE;
@@ -371,16 +406,19 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
   const size_t lse_scratch = stats && !p.lse ? size_t(s.n_q_tokens) * s.hq : 0;
   const bool stats_from_logits = stats && plan.row_path && plan.mma;
   size_t logits = stats_from_logits ? size_t(s.nnz_pages) * s.page_size * s.hq : 0;
-  const size_t logits_at = (part_o + part_lse + lse_scratch + 3) / 4 * 4;  // 16-byte aligned (paired stores)
+  // The splits each (row, head unit) used (AttnParams::split_used), stored as int32 in a float slot.
+  const size_t used = p.split_min_keys > 0 ? size_t(plan.n_work) * s.hkv * plan.chunks : 0;
+  const size_t used_at = part_o + part_lse + lse_scratch;
+  const size_t logits_at = (used_at + used + 3) / 4 * 4;  // 16-byte aligned (paired stores)
   Scratch scratch(st->pool, stream);
   float* ws = nullptr;
-  cudaError_t alloc = scratch.get((logits ? logits_at + logits : part_o + part_lse + lse_scratch) * sizeof(float), &ws);
+  cudaError_t alloc = scratch.get((logits ? logits_at + logits : used_at + used) * sizeof(float), &ws);
   if (alloc == cudaErrorMemoryAllocation && logits) {
     // No room for the logits (4 bytes per token and query head): the statistics then take the
     // second pass over K, which needs no scratch.
     cudaGetLastError();
     logits = 0;
-    alloc = scratch.get((part_o + part_lse + lse_scratch) * sizeof(float), &ws);
+    alloc = scratch.get((used_at + used) * sizeof(float), &ws);
   }
   if (alloc != cudaSuccess)
     return fail(error, alloc == cudaErrorMemoryAllocation ? SIEVE_ERR_OUT_OF_MEMORY : SIEVE_ERR_DEVICE,
@@ -390,6 +428,7 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
     p.part_lse = ws + part_o;
   }
   if (lse_scratch) p.lse_all = ws + part_o + part_lse;
+  if (used) p.split_used = reinterpret_cast<int32_t*>(ws + used_at);
   if (logits) p.logits = ws + logits_at;
 
   if (stats && s.nnz_pages > 0) {
@@ -399,7 +438,13 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
       return fail(error, SIEVE_ERR_DEVICE, cuda_message("cudaMemsetAsync(page_mass)", e));
   }
 
-  if (plan.row_path) {
+  if (s.variant) {
+    if (plan.max_tiles == 0) return SIEVE_OK;
+    const cudaError_t e =
+        plan.mma ? cuda::launch_variant_attention_mma(p, kv_dt, plan.max_tiles, plan.tile_tokens, stream)
+                 : cuda::launch_variant_attention(p, plan.max_tiles, stream);
+    if (e != cudaSuccess) return fail(error, SIEVE_ERR_DEVICE, cuda_message("attention variant kernel launch", e));
+  } else if (plan.row_path) {
     if (plan.n_work == 0) return SIEVE_OK;
     const cudaError_t e = plan.mma ? cuda::launch_row_attention_mma(p, kv_dt, stream)
                                    : cuda::launch_row_attention(p, kv_dt, stream);
@@ -458,9 +503,10 @@ sieve_status cuda_attention_plan(const sieve_attention_args& args, const CudaAtt
     DeviceState* st = nullptr;
     Plan plan;
     if (sieve_status r = check_and_plan(args, options, guard, &st, &plan, error); r != SIEVE_OK) return r;
-    out->kernel = plan.row_path ? (plan.mma ? "row-mma" : "row-fma")
-                  : plan.hopper  ? "prefill-wgmma"
-                                 : (plan.mma ? "prefill-mma" : "prefill-fma");
+    out->kernel = plan.s.variant ? (plan.mma ? "variant-mma" : "variant-fma")
+                  : plan.row_path    ? (plan.mma ? "row-mma" : "row-fma")
+                  : plan.hopper      ? "prefill-wgmma"
+                                     : (plan.mma ? "prefill-mma" : "prefill-fma");
     out->kv_splits = plan.row_path ? plan.splits : 1;
     out->heads_per_cta = plan.hg;
     return SIEVE_OK;
@@ -511,6 +557,17 @@ sieve_status cuda_attention_check_errors(int device, void* cuda_stream, std::str
     case cuda::kErrPageSlot:
       msg = "kv.indptr: sequence " + n(rec.a) + ", logical page " + n(rec.b) + " maps to kv.indices[" + n(rec.c) +
             "], outside its " + n(rec.d) + " entries";
+      break;
+    case cuda::kErrVariantRow:
+      msg = "variant row " + n(rec.a) + ": spans [" + n(rec.b) + ", " + n(rec.c) + ") are not inside [0, " + n(rec.d) + ")";
+      break;
+    case cuda::kErrVariantSpan:
+      msg = "variant row " + n(rec.a) + ": variant.spans[" + n(rec.b) + "] = [" + n(rec.c) + ", " + n(rec.d) +
+            ") has a bad kind or range";
+      break;
+    case cuda::kErrPackedKey:
+      msg = "variant row " + n(rec.a) + ": packed key " + n(rec.b) + " has position or count " + n(rec.c) +
+            " (position outside the sequence's " + n(rec.d) + " keys, or count < 1)";
       break;
     case cuda::kErrQRow:
       msg = "q_rows[" + n(rec.a) + "]: query token " + n(rec.b) + " is outside [0, " + n(rec.c) + ")";

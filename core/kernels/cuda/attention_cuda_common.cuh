@@ -32,6 +32,9 @@ enum ErrorCode : int {
   kErrPageId = 4,           // a = sequence, b = logical page, c = physical id, d = pool pages
   kErrPageSlot = 5,         // a = sequence, b = logical page, c = slot in kv.indices, d = its length
   kErrQRow = 6,             // a = q_rows entry, b = token, c = n_q_tokens
+  kErrVariantRow = 7,       // a = variant row, b = first span, c = end span, d = n_spans
+  kErrVariantSpan = 8,      // a = variant row, b = span, c = begin, d = end
+  kErrPackedKey = 9,        // a = variant row, b = packed key, c = its position / count, d = kv_len
 };
 struct ErrorRecord {
   int code;
@@ -92,12 +95,16 @@ struct AttnParams {
   int32_t chunks;
   // split-KV (row kernel): partial outputs [n_splits, n_work, hq, d] and lse [n_splits, n_work, hq]
   int32_t n_splits;
-  // Tensor-core row kernel: a row whose key list is shorter than n_splits * split_min_keys uses
-  // only ceil(keys / split_min_keys) of the splits (the others write an empty partial state), so a
-  // sparse selection is not spread thinner than this; 0 = always n_splits.
+  // Tensor-core row kernel: a (row, head unit) whose key list is shorter than n_splits *
+  // split_min_keys uses only ceil(keys / split_min_keys) of the splits (at least one), so a sparse
+  // selection is not spread thinner than this; 0 = always n_splits.
   int32_t split_min_keys;
   float* part_o;
   float* part_lse;
+  // With split_min_keys and n_splits > 1: the splits each (row, head unit) used,
+  // [n_work, hkv * chunks], written by its split 0. The combine merges only those; a row that used
+  // one split was written (out, lse) by the row kernel itself and the combine leaves it alone.
+  int32_t* split_used;
   // page statistics
   int32_t stats_h;  // page_mass columns: hkv or 1
   float* page_mass;
@@ -107,6 +114,19 @@ struct AttnParams {
   // sequence: decode). Null: not written (the FMA row kernel; statistics from K, attention_stats.cu).
   float* logits;
   ErrorRecord* err;
+  // attention variant (sieve_attention_variant; var_h == 0: none): rows (var_heads, var_q_block)
+  // attend spans {kind, begin, end} of `spans`, PACKED ones over packed_pos / _count / _bias
+  Storage kv_dt;  // the pages' storage (the FMA variant kernel loads it at run time)
+  int32_t var_heads;
+  int32_t var_h;
+  int32_t var_q_block;
+  const int32_t* row_spans;     // [n_rows][2]
+  const int32_t* spans;         // [n_spans][3]
+  int32_t n_spans;
+  const int32_t* packed_pos;    // [n_packed]
+  const int32_t* packed_count;  // null: counts 1
+  const float* packed_bias;     // null: 0
+  int32_t n_packed;
 };
 
 // ---- dtype conversion ------------------------------------------------------------------------
@@ -368,6 +388,15 @@ constexpr int kMmaRowHeads = 16;
 constexpr int kMmaPrefillRows = 128;
 cudaError_t launch_row_attention_mma(const AttnParams& p, Storage kv_dt, cudaStream_t stream);
 cudaError_t launch_prefill_attention_mma(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
+                                         int32_t tile_tokens, cudaStream_t stream);
+// Attention variants (attention_variant.cu, attention_variant_mma.cu): grid (query tiles of one
+// row block, head units, batch). The FMA kernel takes any head_dim up to kMaxVariantHeadDim and
+// one query head per CTA (p.hg == 1); the tensor-core one q and K/V of one 16-bit dtype with
+// head_dim 64 or 128, tile_tokens * hg <= kMmaPrefillRows.
+constexpr int kMaxVariantHeadDim = 256;
+constexpr int kVariantRows = 32;  // query tokens per CTA of the FMA variant kernel
+cudaError_t launch_variant_attention(const AttnParams& p, int32_t max_tiles, cudaStream_t stream);
+cudaError_t launch_variant_attention_mma(const AttnParams& p, Storage kv_dt, int32_t max_tiles,
                                          int32_t tile_tokens, cudaStream_t stream);
 // Page statistics (decode) from the final lse: grid (max pages, work rows).
 cudaError_t launch_page_mass(const AttnParams& p, Storage kv_dt, int32_t max_pages,

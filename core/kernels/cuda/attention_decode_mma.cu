@@ -17,8 +17,10 @@
 // allow it once their K/V are read, so its launch overlaps their epilogue. When page statistics
 // are asked for, every logit is also stored (AttnParams::logits), so the statistics come from this
 // pass (launch_page_mass_from_logits).
-// A row whose key list is short uses fewer splits (split_min_keys), so a
-// sparse selection is not spread over CTAs that would each do almost nothing.
+// A row whose key list is short uses fewer splits (split_min_keys), so a sparse selection is not
+// spread over CTAs that would each do almost nothing; a row short enough for one split is written
+// by the row kernel and skipped by the combine (AttnParams::split_used), so a short block-sparse
+// row pays neither a merge nor a partial state's round trip.
 #include "attention_mma.cuh"
 
 namespace sieve::kernels::cuda {
@@ -102,13 +104,13 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
       keys.init_sparse(p, qt.b, qt.page_base, qt.n_pages, qt.limit, row);
     }
   }
+  // Splits this row uses: from its own key count, decided here on the device (the host planned
+  // n_splits from the longest dense row and never sees a selection's row lengths).
   int32_t n_used = p.n_splits;
-  if (p.split_min_keys > 0)
-    n_used = max(1, min(p.n_splits, ceil_div_d(keys.n_keys, p.split_min_keys)));
-  if (split >= n_used) {  // the row is short: this split holds nothing
-    if (tid < nh) p.part_lse[(int64_t(split) * p.n_work + r) * p.hq + h0 + tid] = kNegInf;
-    return;
-  }
+  if (p.split_min_keys > 0) n_used = max(1, min(p.n_splits, ceil_div_d(keys.n_keys, p.split_min_keys)));
+  if (p.split_used && split == 0 && tid == 0) p.split_used[int64_t(r) * units + unit] = n_used;
+  if (split >= n_used) return;  // the row is short: the combine does not read this split
+  const bool direct = n_used == 1;  // one split: out and lse are written here, no combine
   const int32_t tiles_all = ceil_div_d(keys.n_keys, kTileKeys);
   const int32_t per = ceil_div_d(tiles_all, n_used);
   const int32_t t_begin = min(split * per, tiles_all);
@@ -294,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
     const int32_t h = h0 + row;
     const float out = Lsum > 0.f ? O / Lsum : 0.f;  // a row that attended nothing outputs 0
     const float lse = Lsum > 0.f ? (mx + log2f(Lsum)) * kLn2 : kNegInf;
-    if (p.n_splits == 1) {
+    if (direct) {
       store_storage(p.out, p.out_dt, (int64_t(tok) * p.hq + h) * D + d, out);
       if (d == 0) {
         if (p.lse) p.lse[int64_t(tok) * p.hq + h] = lse;

@@ -256,6 +256,66 @@ __device__ inline int32_t load_kv_tile(const AttnParams& p, const KeyList& keys,
   return max_pos;
 }
 
+// ---- the rows of a tensor-core prefill CTA (attention_prefill_mma.cu, attention_variant_mma.cu) --
+// ROWS rows = query tokens tok0.. x heads h0 .. h0 + nh - 1 (row = token * nh + head); each of
+// the 4 warps owns 32 rows as MT m16 tiles, a lane the rows 32 * warp + 16 * mt + 8 * hf + g.
+
+// The Q tile into sq ([ROWS][smem_stride<D>()]), asynchronously (zeros past n_rows); the caller
+// commits it with its first K/V tile.
+template <class T, int D, int ROWS>
+__device__ inline void load_q_tile(const AttnParams& p, T* sq, int32_t tok0, int32_t h0, int32_t nh, int32_t n_rows) {
+  constexpr int S = smem_stride<D>();
+  constexpr int CPR = D / 8;
+  const T* qbase = static_cast<const T*>(p.q);
+  for (int i = threadIdx.x; i < ROWS * CPR; i += kThreads) {
+    const int row = i / CPR, c = i % CPR;
+    const bool ok = row < n_rows;
+    const int64_t src = ok ? (int64_t(tok0 + row / nh) * p.hq + h0 + row % nh) * D + c * 8 : 0;
+    cp_async16(sq + row * S + c * 8, qbase + src, ok ? 16 : 0);
+  }
+}
+
+// The online softmax's state of a lane's rows, empty: o = 0, m = -inf, l = 0.
+template <int D, int MT>
+__device__ __forceinline__ void init_rows(float (&o)[MT][D / 8][4], float (&m)[MT][2], float (&l)[MT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][nb][e] = 0.f;
+    m[mt][0] = m[mt][1] = kNegInf;
+    l[mt][0] = l[mt][1] = 0.f;
+  }
+}
+
+// Finalise a lane's rows: the quad's row sums, normalise, store out (and lse when asked); a row
+// that attended nothing outputs 0 (lse -inf).
+template <class T, int D, int MT>
+__device__ inline void store_rows(const AttnParams& p, float (&o)[MT][D / 8][4], const float (&m)[MT][2],
+                                  const float (&l)[MT][2], int32_t tok0, int32_t h0, int32_t nh, int32_t n_rows) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float lt = l[mt][hf];
+      lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+      lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+      const int row = warp * 32 + mt * 16 + hf * 8 + g;
+      if (row >= n_rows) continue;
+      const int32_t tok = tok0 + row / nh;
+      const int32_t h = h0 + row % nh;
+      const float inv = lt > 0.f ? 1.f / lt : 0.f;
+      const int64_t base = (int64_t(tok) * p.hq + h) * D + 2 * t;
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb)
+        store_pair<T>(p, base + nb * 8, o[mt][nb][2 * hf] * inv, o[mt][nb][2 * hf + 1] * inv);
+      if (t == 0 && p.lse)
+        p.lse[int64_t(tok) * p.hq + h] = lt > 0.f ? (m[mt][hf] + log2f(lt)) * kLn2 : kNegInf;
+    }
+}
+
 // ---- one online-softmax step of the tensor-core prefill kernels -------------------------------
 
 // A warp's step over 32 keys (columns c0 .. c0 + 31 of a K/V tile in shared memory): S = Q·Kᵀ for

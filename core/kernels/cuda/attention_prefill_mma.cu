@@ -85,17 +85,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
   }
   const int32_t n_tiles = ceil_div_d(keys.n_keys, kTileKeys);
 
-  // Q tile (row = token * nh + head), asynchronously with the first K/V tile.
-  {
-    constexpr int CPR = D / 8;
-    const T* qbase = static_cast<const T*>(p.q);
-    for (int i = tid; i < kRows * CPR; i += kThreads) {
-      const int row = i / CPR, c = i % CPR;
-      const bool ok = row < n_rows;
-      const int64_t src = ok ? (int64_t(qo0 + q0 + row / nh) * p.hq + h0 + row % nh) * D + c * 8 : 0;
-      cp_async16(sq + row * S + c * 8, qbase + src, ok ? 16 : 0);
-    }
-  }
+  // Q tile, asynchronously with the first K/V tile.
+  load_q_tile<T, D, kRows>(p, sq, qo0 + q0, h0, nh, n_rows);
   // A thread's rows of the tile in flight need masking: a key past the causal diagonal of the
   // tile's first token, or an invalid key; the CTA-wide OR comes with the next barrier.
   // At head_dim 128 the loader runs rolled: unrolled, its address arithmetic next to the 128
@@ -115,19 +106,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) qpos[mt][hf] = min_pos + (warp * 32 + mt * 16 + hf * 8 + g) / nh;
 
-  float o[kMT][NB][4];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mt][nb][e] = 0.f;
-  float m[kMT][2], l[kMT][2];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-    m[mt][0] = m[mt][1] = kNegInf;
-    l[mt][0] = l[mt][1] = 0.f;
-  }
+  float o[kMT][NB][4], m[kMT][2], l[kMT][2];
+  init_rows<D, kMT>(o, m, l);
 
   // The key list a slot-table chunk at a time; each chunk runs the double buffer from empty.
   for (int32_t c0 = 0; c0 < n_tiles;) {
@@ -182,26 +162,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
   cp_async_wait<0>();  // nothing may be in flight into shared memory when the CTA exits (Q alone
                        // when the key list is empty)
 
-  // Finalise: the quad's row sums, normalise, store.
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float lt = l[mt][hf];
-      lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-      lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-      const int row = warp * 32 + mt * 16 + hf * 8 + g;
-      if (row >= n_rows) continue;
-      const int32_t tok = qo0 + q0 + row / nh;
-      const int32_t h = h0 + row % nh;
-      const float inv = lt > 0.f ? 1.f / lt : 0.f;  // a row that attended nothing outputs 0
-      const int64_t base = (int64_t(tok) * p.hq + h) * D + 2 * t;
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb)
-        store_pair<T>(p, base + nb * 8, o[mt][nb][2 * hf] * inv, o[mt][nb][2 * hf + 1] * inv);
-      if (t == 0 && p.lse)
-        p.lse[int64_t(tok) * p.hq + h] = lt > 0.f ? (m[mt][hf] + log2f(lt)) * kLn2 : kNegInf;
-    }
+  store_rows<T, D, kMT>(p, o, m, l, qo0 + q0, h0, nh, n_rows);
 }
 
 template <class T, int D>

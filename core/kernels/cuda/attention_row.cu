@@ -235,7 +235,8 @@ __device__ inline float cta_reduce(float v, bool is_max, float* scratch) {
 }
 
 // Merge the split-KV partial states of one (work row, query head): out = Σ_s w_s o_s / Σ_s w_s,
-// w_s = exp(lse_s - max lse). Splits that held nothing have lse -inf (weight 0, their o unread).
+// w_s = exp(lse_s - max lse). Splits that held nothing have lse -inf (weight 0, their o unread);
+// with split_used, only the splits the row used are read.
 // The threads share the splits (a long context can have 256): no serial loop over global loads.
 __global__ void __launch_bounds__(kThreads) split_combine_kernel(const AttnParams p) {
   extern __shared__ float sm_w[];  // [n_splits]
@@ -247,7 +248,12 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(const AttnParam
     tok = __ldg(p.q_rows + r);
     if (tok < 0 || tok >= p.n_q_tokens) return;  // recorded by the row kernel
   }
-  const int S = p.n_splits;
+  int S = p.n_splits;
+  if (p.split_used) {  // the splits the row kernel used for this head's unit (1: it wrote out itself)
+    const int32_t unit = (h / p.group) * p.chunks + (h % p.group) / p.hg;
+    S = __ldg(p.split_used + int64_t(r) * (p.hkv * p.chunks) + unit);
+    if (S <= 1) return;
+  }
   const int64_t stride = int64_t(p.n_work) * p.hq;  // between the splits of one (row, head)
   const int64_t at = int64_t(r) * p.hq + h;
   float mx = kNegInf;

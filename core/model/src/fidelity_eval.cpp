@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <limits>
 
 #include "sieve/kernels/attention_args.hpp"
+#include "sieve/model/probe_host.hpp"
 #include "sieve/reference/attention_ref.hpp"
-#include "sieve/reference/fidelity.hpp"
 #include "sieve/util/error.hpp"
 
 namespace sieve::model {
@@ -74,63 +73,69 @@ GreedyRun run_greedy(Engine& engine, const std::vector<std::vector<int32_t>>& pr
   return r;
 }
 
-// A host copy of one layer's resident cache (the store's view), for the reference.
-void host_view(const LayerProbe& p, runtime::HostPagedView* h) {
-  sieve_paged_kv view{};
-  if (sieve_status st = p.kv_api->view(p.kv, p.layer, p.seq_ids, p.batch, &view); st != SIEVE_OK)
-    fail(st, "eval: KV view of layer " + std::to_string(p.layer) + ": " + p.kv_api->last_error(p.kv));
-  runtime::copy_view_to_host(*p.services, view, h);
-}
+// The f64 probabilities one block of query rows may hold at once: a 16K-token prefill's rows
+// all together would need gigabytes (rows x heads x keys doubles).
+constexpr int64_t kProbBudget = int64_t(1) << 23;
 
-// One layer call measured against the f64 dense reference on the same inputs.
+// One layer call measured against the f64 dense reference on the same inputs, in blocks of query
+// rows (the reference's q_rows) so that memory stays bounded at any context length.
 void measure(const LayerProbe& p, const ModelConfig& c, AttentionFidelity* acc) {
   const int32_t n = p.qo_indptr_host[p.batch];
   if (n == 0) return;
   const int32_t hq = c.n_heads, hkv = c.n_kv_heads, hd = c.head_dim();
-  HostTensor q({n, hq, hd}, kF32), out({n, hq, hd}, kF32), qo({p.batch + 1}, kI32);
-  runtime::copy_to_host(*p.services, q.dl().data, *p.q, q.nbytes());
-  runtime::copy_to_host(*p.services, out.dl().data, *p.out, out.nbytes());
-  std::memcpy(qo.data<int32_t>(), p.qo_indptr_host, size_t(p.batch + 1) * 4);
-  runtime::HostPagedView hv;
-  host_view(p, &hv);
+  ProbeOnHost host;
+  probe_to_host(p, c, "eval", &host);
+  HostTensor &q = host.q, &out = host.out, &qo = host.qo;
+  runtime::HostPagedView& hv = host.cache;
   runtime::HostSelection sel;
   runtime::selection_to_host(p.runner->selection_used(p.layer), &sel);
 
   sieve_attention_args args = kernels::make_attention_args(p.phase, hq, hkv, hd, &q.dl(), &out.dl(), &qo.dl(),
                                                            qo.data<int32_t>(), &hv.view);
   args.selection = sel.get();
-  sieve_attention_args dense_args = args;
-  dense_args.selection = nullptr;
 
   reference::RefOptions ro;
   ro.ignore_selection = true;
   ro.keep_probs = true;
-  const reference::RefAttention ref = reference::attend_reference(args, ro);
+  int32_t keys = 1;  // the most keys a row can see: the furthest position + 1
+  for (int32_t t = 0; t < n; ++t) keys = std::max(keys, p.positions_host[t] + 1);
+  const int32_t block = int32_t(std::clamp<int64_t>(kProbBudget / (int64_t(hq) * keys), 1, n));
   const float* o = out.data<float>();
-  for (size_t i = 0; i < ref.out.size(); ++i) {
-    const double d = double(o[i]) - ref.out[i];
-    acc->err_sq += d * d;
-    acc->ref_sq += ref.out[i] * ref.out[i];
-  }
-  // The mean recall is the reference's own definition; the worst row and the attended fraction
-  // come from the same dense probabilities and the selection's mask.
-  acc->recall_sum += reference::attention_recall(args) * double(int64_t(n) * hq);
-  for (int32_t t = 0; t < n; ++t)
-    for (int32_t h = 0; h < hq; ++h) {
-      const auto probs = ref.prob_row(t, h);
-      const std::vector<uint8_t> sel_mask = reference::attended_keys(args, t, h);
-      const std::vector<uint8_t> causal = reference::attended_keys(dense_args, t, h);
-      double mass = 0, total = 0;
-      int64_t attended = 0, keys = 0;
-      for (size_t j = 0; j < probs.size(); ++j) {
-        total += probs[j];
-        if (sel_mask[j]) mass += probs[j], ++attended;
-        keys += causal[j];
+  for (int32_t first = 0; first < n; first += block) {
+    const int32_t m = std::min(block, n - first);
+    HostTensor rows({m}, kI32);
+    for (int32_t i = 0; i < m; ++i) rows.data<int32_t>()[i] = first + i;
+    args.q_rows = &rows.dl();
+    const reference::RefAttention ref = reference::attend_reference(args, ro);
+    for (int32_t t = first; t < first + m; ++t)
+      for (int32_t h = 0; h < hq; ++h) {
+        const std::span<const double> want = ref.out_row(t, h);
+        const float* got = o + (int64_t(t) * hq + h) * hd;
+        for (int32_t i = 0; i < hd; ++i) {
+          const double d = double(got[i]) - want[size_t(i)];
+          acc->err_sq += d * d;
+          acc->ref_sq += want[size_t(i)] * want[size_t(i)];
+        }
+        // Recall (reference::attention_recall's definition, from the same dense probabilities):
+        // the dense softmax mass on the keys the selection attends.
+        const auto probs = ref.prob_row(t, h);
+        const auto causal = ref.attended_row(t, h);
+        const std::vector<uint8_t> sel_mask = reference::attended_keys(args, t, h);
+        double mass = 0, total = 0;
+        int64_t attended = 0, seen = 0;
+        for (size_t j = 0; j < probs.size(); ++j) {
+          total += probs[j];
+          if (sel_mask[j]) mass += probs[j], ++attended;
+          seen += causal[j];
+        }
+        // A row that attends every causal key has recall 1 by definition (not a rounded sum).
+        const double recall = attended == seen ? 1.0 : mass;
+        acc->recall_sum += recall;
+        acc->min_recall = std::min(acc->min_recall, attended == seen ? 1.0 : total > 0 ? mass / total : 1.0);
+        acc->attended_sum += seen ? double(attended) / double(seen) : 1.0;
+        ++acc->rows;
       }
-      acc->min_recall = std::min(acc->min_recall, total > 0 ? mass / total : 1.0);
-      acc->attended_sum += keys ? double(attended) / double(keys) : 1.0;
-      ++acc->rows;
-    }
+  }
 }
 
 void finish(AttentionFidelity* a) {
@@ -183,6 +188,19 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
             "eval: a prompt of " + std::to_string(p.size()) + " tokens + " + std::to_string(options.steps) +
                 " steps exceeds the model's " + std::to_string(max_len) + " positions");
   }
+  const bool task = !options.continuations.empty();
+  if (task) {
+    require(options.continuations.size() == prompts.size(), SIEVE_ERR_INVALID_ARGUMENT,
+            "eval: " + std::to_string(options.continuations.size()) + " continuations for " +
+                std::to_string(prompts.size()) + " prompts");
+    for (const auto& cont : options.continuations)
+      require(int64_t(cont.size()) >= options.steps - 1, SIEVE_ERR_INVALID_ARGUMENT,
+              "eval: a continuation of " + std::to_string(cont.size()) + " tokens for " +
+                  std::to_string(options.steps) + " steps");
+  }
+  // What the dense run and the measured chain run feed after the prompt: the task's tokens, or
+  // (nullptr) the dense run's own greedy tokens.
+  const std::vector<std::vector<int32_t>>* fed = task ? &options.continuations : nullptr;
   // The KV pool and the plugins' scratch are sized for what runs, not for the model's
   // max_position_embeddings (a config may say 2^31).
   if (eo.max_seq_len <= 0) {
@@ -199,6 +217,7 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
   rep.prompts = int32_t(B);
   rep.steps = N;
   rep.prompt_tokens = prompts;
+  rep.attention_measured = options.measure_attention;
 
   // 1. Dense: no chain, the core's dense kernel everywhere, on the chain's KV store.
   GreedyRun dense;
@@ -208,8 +227,8 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
     Engine engine(weights, eo, resolve_for_model(dense_spec, registry, c, eo));
     // Untimed warm-up (thread pools, first-touch pages, CUDA context), so the dense and the chain
     // timings below both run warm.
-    run_greedy(engine, prompts, std::min(N, 4), nullptr, false, nullptr);
-    dense = run_greedy(engine, prompts, N, nullptr, true, nullptr);
+    run_greedy(engine, prompts, std::min(N, 4), fed, false, nullptr);
+    dense = run_greedy(engine, prompts, N, fed, true, nullptr);
   }
   rep.dense_tokens = dense.tokens;
   rep.kv_bytes_dense = dense.kv_bytes;
@@ -220,14 +239,16 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
   for (int32_t L = 0; L < c.n_layers; ++L) layers[size_t(L)].layer = L;
   {
     EngineOptions mo = eo;
-    mo.record_selections = true;
+    mo.record_selections = options.measure_attention;
     Engine engine(weights, mo, resolve_for_model(chain, registry, c, mo));
-    engine.set_probe([&](const LayerProbe& p) {
-      LayerFidelity& lf = layers[size_t(p.layer)];
-      measure(p, c, p.phase == SIEVE_PHASE_PREFILL ? &lf.prefill : &lf.decode);
-    });
+    if (options.measure_attention) {
+      engine.set_probe([&](const LayerProbe& p) {
+        LayerFidelity& lf = layers[size_t(p.layer)];
+        measure(p, c, p.phase == SIEVE_PHASE_PREFILL ? &lf.prefill : &lf.decode);
+      });
+    }
     auto t0 = clock::now();
-    GreedyRun forced = run_greedy(engine, prompts, N, &dense.tokens, true, [&](Engine& e, const std::vector<int32_t>& ids) {
+    GreedyRun forced = run_greedy(engine, prompts, N, task ? fed : &dense.tokens, true, [&](Engine& e, const std::vector<int32_t>& ids) {
       // Resident tokens per layer against tokens fed (eviction shows here).
       int64_t fed = 0;
       for (int32_t id : ids) fed += e.seq_len(id);
@@ -250,6 +271,8 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
         rep.kl_max = std::max(rep.kl_max, kl);
         agree += forced.tokens[b][size_t(i)] == dense.tokens[b][size_t(i)];
       }
+    rep.chain_forced_tokens = forced.tokens;
+    if (task) rep.kv_bytes_chain = forced.kv_bytes;  // run 3, which has it otherwise, is skipped
     rep.positions = int64_t(B) * N;
     rep.kl_mean = kl_sum / double(rep.positions);
     rep.top1_agreement = double(agree) / double(rep.positions);
@@ -264,8 +287,9 @@ EvalReport evaluate_fidelity(const ModelWeights& weights, const std::vector<std:
   finish(&rep.decode);
   rep.layers = std::move(layers);
 
-  // 3. The chain, free-running.
-  {
+  // 3. The chain, free-running (not for a task: its answer is graded teacher-forced above).
+  rep.free_running = !task;
+  if (!task) {
     Engine engine(weights, eo, resolve_for_model(chain, registry, c, eo));
     GreedyRun free = run_greedy(engine, prompts, N, nullptr, false, nullptr);
     rep.chain_tokens = free.tokens;

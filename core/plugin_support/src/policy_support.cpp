@@ -336,8 +336,15 @@ void PolicyBase::core_kernel_attend(sieve_attention_args a, std::string_view wha
   a.n_q_heads = geometry_.n_q_heads;
   a.n_kv_heads = geometry_.n_kv_heads;
   a.head_dim = geometry_.head_dim;
-  const sieve_host_services& s = *services_;
+  host_kernel_attend(*services_, a, what);
+}
+
+void host_kernel_attend(const sieve_host_services& s, const sieve_attention_args& a, std::string_view what) {
   if (!s.kernels || !s.kernels->attend) fail(SIEVE_ERR_UNSUPPORTED, "the host offers no core attention kernel");
+  if (SIEVE_HAS_FIELD(&a, sieve_attention_args, variant) && a.variant &&
+      !(SIEVE_HAS_FIELD(s.kernels, sieve_kernels, variants) && (s.kernels->variants & SIEVE_VARIANT_KEY_SPANS)))
+    fail(SIEVE_ERR_UNSUPPORTED, what, ": the host's core kernel offers no attention variants "
+         "(sieve_kernels.variants lacks SIEVE_VARIANT_KEY_SPANS; ABI 1.1)");
   const sieve_status st = s.kernels->attend(s.host_ctx, &a);
   if (st != SIEVE_OK) fail(st, what, ": ", s.kernels->last_error ? s.kernels->last_error(s.host_ctx) : "");
 }

@@ -28,7 +28,7 @@ void mock_metric(void*, const char*, int32_t, int32_t, double) {}
 }  // namespace
 
 MockHost::MockHost() {
-  kernels_ = {SIEVE_HEADER_INIT(sieve_kernels), mock_attend, mock_kernel_error};
+  kernels_ = {SIEVE_HEADER_INIT(sieve_kernels), mock_attend, mock_kernel_error, 0};  // no variants
   services_ = {SIEVE_HEADER_INIT(sieve_host_services), this, alloc, free, mock_stream, mock_log,
                mock_now, &kernels_, mock_metric};
 }

@@ -124,9 +124,12 @@ void check_tensor(const DLTensor* t, const char* what, DLDevice device, int64_t 
           std::string(what) + " must have shape [" + std::to_string(rows) + ", " + std::to_string(heads) + ", " +
               std::to_string(dim) + "]");
   if (t->strides) {
+    // A dimension of extent 1 is never stepped over, so its stride says nothing about the layout
+    // (PyTorch's DLPack export writes 1 there: a [1, heads, dim] decode tensor is still compact).
     const int64_t want[3] = {heads * dim, dim, 1};
     for (int i = 0; i < 3; ++i)
-      require(t->strides[i] == want[i], SIEVE_ERR_INVALID_ARGUMENT, std::string(what) + " must be compact row-major");
+      require(t->shape[i] == 1 || t->strides[i] == want[i], SIEVE_ERR_INVALID_ARGUMENT,
+              std::string(what) + " must be compact row-major");
   }
   const DLDataType d = t->dtype;
   require(d.lanes == 1 && ((d.code == kDLFloat && (d.bits == 32 || d.bits == 16)) || (d.code == kDLBfloat && d.bits == 16)),
@@ -160,6 +163,7 @@ sieve_status sieve_runtime_create(const sieve_runtime_options* options, sieve_ru
     rt->discovery.use_env = !(o.flags & SIEVE_RUNTIME_NO_ENV);
     const bool defaults = !(o.flags & SIEVE_RUNTIME_NO_DEFAULT_DIRS);
     rt->discovery.use_exe_dir = rt->discovery.use_install_dir = defaults;
+    rt->discovery.probe = !(o.flags & SIEVE_RUNTIME_NO_PROBE);
     *out = rt.release();
     return SIEVE_OK;
   });
@@ -355,7 +359,8 @@ sieve_status sieve_session_create(sieve_runtime* rt, const sieve_geometry* geome
     }
 
     auto s = std::make_unique<sieve_session>();
-    s->services = std::make_unique<HostServices>(g.device);  // throws (SIEVE_ERR_DEVICE) without CUDA
+    // Throws (SIEVE_ERR_DEVICE) without CUDA, or for a stream handed to a CPU session.
+    s->services = std::make_unique<HostServices>(g.device, o.cuda_stream);
     Session::Options so;
     so.pages_per_layer = o.pages_per_layer;
     so.runner.check = o.check != 0;

@@ -30,7 +30,9 @@ std::unordered_map<void*, size_t> g_sizes;
 
 int cuda_devices() { return kernels::cuda_device_count(); }
 
-HostServices::HostServices(DLDevice device) : device_(device) {
+HostServices::HostServices(DLDevice device, void* cuda_stream) : device_(device) {
+  require(!cuda_stream || device.device_type == kDLCUDA, SIEVE_ERR_INVALID_ARGUMENT,
+          "a CUDA stream was given for a session on " + device_name(device));
   if (device.device_type == kDLCUDA) {
 #ifdef SIEVE_WITH_CUDA
     int n = cuda_devices();
@@ -40,10 +42,13 @@ HostServices::HostServices(DLDevice device) : device_(device) {
                 std::to_string(n) + " found)");
     cudaError_t e = cudaSetDevice(device.device_id);
     require(e == cudaSuccess, SIEVE_ERR_DEVICE, std::string("cudaSetDevice: ") + cudaGetErrorString(e));
-    cudaStream_t s = nullptr;
-    e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    require(e == cudaSuccess, SIEVE_ERR_DEVICE,
-            std::string("cudaStreamCreate: ") + cudaGetErrorString(e));
+    cudaStream_t s = static_cast<cudaStream_t>(cuda_stream);
+    if (!s) {
+      e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      require(e == cudaSuccess, SIEVE_ERR_DEVICE,
+              std::string("cudaStreamCreate: ") + cudaGetErrorString(e));
+      owns_stream_ = true;
+    }
     stream_ = s;
 #else
     fail(SIEVE_ERR_DEVICE, "CUDA requested but this build of Sieve has no CUDA support");
@@ -55,6 +60,7 @@ HostServices::HostServices(DLDevice device) : device_(device) {
   kernels_.hdr = SIEVE_HEADER_INIT(sieve_kernels);
   kernels_.attend = &HostServices::attend;
   kernels_.last_error = &HostServices::kernel_error;
+  kernels_.variants = SIEVE_VARIANT_KEY_SPANS;  // attend_cpu and attend_cuda both compute them
   table_.hdr = SIEVE_HEADER_INIT(sieve_host_services);
   table_.host_ctx = this;
   table_.alloc = &HostServices::alloc;
@@ -70,7 +76,7 @@ HostServices::~HostServices() {
 #ifdef SIEVE_WITH_CUDA
   if (stream_) {
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-    cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+    if (owns_stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   }
 #endif
 }

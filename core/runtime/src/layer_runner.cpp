@@ -9,6 +9,7 @@
 #include "sieve/util/error.hpp"
 #include "sieve/util/status.hpp"
 #include "sieve/util/tensor.hpp"
+#include "layer_step.hpp"
 
 namespace sieve::runtime {
 
@@ -71,7 +72,8 @@ LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry,
       kv_api_(kv_api),
       chains_(std::move(chains)),
       options_(options),
-      timers_(services.table()) {
+      timers_(services.table()),
+      graphs_(geometry.n_layers) {
   for (auto& per_layer : chains_.chains) {
     require(per_layer.empty() || int32_t(per_layer.size()) == geometry_.n_layers,
             SIEVE_ERR_INVALID_ARGUMENT,
@@ -119,6 +121,12 @@ LayerRunner::LayerRunner(HostServices& services, const sieve_geometry& geometry,
   }
   served_.assign(chains_.instances.size(), {});
   snapshots_.assign(size_t(geometry_.n_layers), {});
+  for (int32_t L = 0; L < geometry_.n_layers; ++L) graph_eager_.push_back(graph_blocker(L));
+  graph_warm_.assign(size_t(geometry_.n_layers), 0);
+  graph_since_capture_.assign(size_t(geometry_.n_layers), INT32_MAX);
+  graph_quick_recaptures_.assign(size_t(geometry_.n_layers), 0);
+  options_.cuda_graphs = false;
+  set_cuda_graphs(options.cuda_graphs);
 }
 
 void LayerRunner::abandon_instances(sieve_status status, const std::string& message) {
@@ -233,23 +241,6 @@ std::string LayerRunner::check_output(const DLTensor& out, const int32_t* rows, 
   return {};
 }
 
-// What the steps of one run_layer call share.
-struct LayerRunner::LayerStep {
-  int32_t L = 0;
-  int32_t n_new = 0;
-  const std::vector<size_t>* chain = nullptr;
-  sieve_kv_append app{};
-  sieve_paged_kv view{};
-  sieve_layer_call call{};
-  int64_t capacity = 0;
-  int64_t indptr_shape[1] = {0}, indices_shape[1] = {0};
-  sieve_selection sel{};
-  sieve_attention_args args{};
-  uint32_t stats = SIEVE_STATS_NONE;
-  std::vector<int32_t> observers;
-  int32_t override_by = -1;
-};
-
 sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::string* error) {
   auto failed = [&](sieve_status st, const std::string& msg) {
     if (error) *error = msg;
@@ -273,24 +264,37 @@ sieve_status LayerRunner::run_layer(const LayerInputs& in, DLTensor* out, std::s
     timers_.lap("host_us.append", step.L, mark);
     if ((st = view_layer(in, step, error)) != SIEVE_OK) return st;
     timers_.lap("host_us.view", step.L, mark);
-    if ((st = run_on_append(step, error)) != SIEVE_OK) return st;
-    timers_.lap("host_us.on_append", step.L, mark);
-    // 2. Selection: the chain starts dense; each select may rewrite it within its capacity.
-    if ((st = run_select(in, out, step, error)) != SIEVE_OK) return st;
-    timers_.lap("host_us.select", step.L, mark);
-    // 3. Attention: the chain's override, or the core kernel on the selection (+ observe).
-    if ((st = run_attend(in, out, step, error)) != SIEVE_OK) return st;
-    timers_.lap("host_us.attend", step.L, mark);
-    // 4. Corrections, in chain order; then the selection used, when recorded.
-    if ((st = run_correct(out, step, error)) != SIEVE_OK) return st;
-    if ((st = record_selection(step, error)) != SIEVE_OK) return st;
-    timers_.lap("host_us.correct", step.L, mark);
-    return SIEVE_OK;
+    const bool graphed = options_.cuda_graphs && in.phase == SIEVE_PHASE_DECODE && !options_.check &&
+                         !options_.record_selections && graph_eager_[size_t(step.L)].empty();
+    if (graphed) {
+      st = run_graphed(in, out, step, error);
+      timers_.lap("host_us.graph", step.L, mark);
+      return st;
+    }
+    return run_hooks(in, out, step, error);
   } catch (const Error& e) {
     return failed(e.status(), e.what());
   } catch (const std::exception& e) {
     return failed(SIEVE_ERR_INTERNAL, std::string("runtime: ") + e.what());
   }
+}
+
+sieve_status LayerRunner::run_hooks(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error) {
+  auto mark = timers_.start();
+  sieve_status st = SIEVE_OK;
+  if ((st = run_on_append(step, error)) != SIEVE_OK) return st;
+  timers_.lap("host_us.on_append", step.L, mark);
+  // 2. Selection: the chain starts dense; each select may rewrite it within its capacity.
+  if ((st = run_select(in, out, step, error)) != SIEVE_OK) return st;
+  timers_.lap("host_us.select", step.L, mark);
+  // 3. Attention: the chain's override, or the core kernel on the selection (+ observe).
+  if ((st = run_attend(in, out, step, error)) != SIEVE_OK) return st;
+  timers_.lap("host_us.attend", step.L, mark);
+  // 4. Corrections, in chain order; then the selection used, when recorded.
+  if ((st = run_correct(out, step, error)) != SIEVE_OK) return st;
+  if ((st = record_selection(step, error)) != SIEVE_OK) return st;
+  timers_.lap("host_us.correct", step.L, mark);
+  return SIEVE_OK;
 }
 
 sieve_status LayerRunner::append_new(const LayerInputs& in, LayerStep& step, std::string* error) {
@@ -330,12 +334,8 @@ sieve_status LayerRunner::run_on_append(LayerStep& step, std::string* error) {
   return SIEVE_OK;
 }
 
-sieve_status LayerRunner::run_select(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error) {
-  auto failed = [&](sieve_status st, const std::string& msg) {
-    if (error) *error = msg;
-    return st;
-  };
-  const int32_t L = step.L, n_new = step.n_new;
+void LayerRunner::prepare_selection(const LayerInputs& in, DLTensor* out, LayerStep& step) {
+  const int32_t n_new = step.n_new;
   const sieve_paged_kv& view = step.view;
   int32_t max_pages = 0;
   for (int32_t b = 0; b < in.batch; ++b) max_pages = std::max(max_pages, kernels::kv_pages(view, b));
@@ -363,7 +363,17 @@ sieve_status LayerRunner::run_select(const LayerInputs& in, DLTensor* out, Layer
   step.args = kernels::make_attention_args(in.phase, geometry_.n_q_heads, geometry_.n_kv_heads, geometry_.head_dim,
                                            in.q, out, in.qo_indptr, in.qo_indptr_host, &step.view);
   step.args.selection = &sel;
+}
 
+sieve_status LayerRunner::run_select(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error) {
+  auto failed = [&](sieve_status st, const std::string& msg) {
+    if (error) *error = msg;
+    return st;
+  };
+  const int32_t L = step.L;
+  prepare_selection(in, out, step);
+  sieve_selection& sel = step.sel;
+  const int64_t capacity = step.capacity;
   for (size_t ci : *step.chain) {
     const int32_t i = int32_t(ci);
     const sieve_policy_api* api = chains_.instances[size_t(i)].plugin.policy();

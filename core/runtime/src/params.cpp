@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <cstdio>
 #include <sstream>
 
 #include "sieve/runtime/loader.hpp"
@@ -63,12 +64,12 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
-// %g-style number without trailing noise ("4096", "0.5", "1e+30").
+// %g-style number without trailing noise ("4096", "0.5", "1e+30"). snprintf, not a stream: no
+// C++ locale is touched, so an error message can be formatted inside any host process.
 std::string num(double x) {
-  std::ostringstream o;
-  o.precision(12);
-  o << x;
-  return o.str();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.12g", x);
+  return buf;
 }
 
 std::string range_text(const sieve_param_spec& s) {

@@ -87,6 +87,7 @@ const StoreEntry* Registry::find_store(const std::string& name) const {
 
 Registry Registry::discover(const DiscoveryOptions& options) {
   Registry r;
+  r.probe_ = options.probe;
   r.search_path_ = plugin_search_path(options);
   for (const auto& dir : r.search_path_) {
     std::error_code ec;
@@ -104,12 +105,16 @@ bool Registry::add_directory(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
   const auto files = plugin_files_in(dir);
-  const auto probed = probe_plugin_files(files);  // one probe process for the directory
+  const auto probed = probe(files);  // one probe process for the directory
   for (size_t i = 0; i < files.size(); ++i) add_probed(files[i], probed[i]);
   return true;
 }
 
-bool Registry::add_file(const std::string& path) { return add_probed(path, probe_plugin_file(path)); }
+bool Registry::add_file(const std::string& path) { return add_probed(path, probe({path}).front()); }
+
+std::vector<std::string> Registry::probe(const std::vector<std::string>& files) const {
+  return probe_ ? probe_plugin_files(files) : std::vector<std::string>(files.size());
+}
 
 bool Registry::add_probed(const std::string& path, std::string error) {
   LoadedPlugin p;

@@ -8,8 +8,29 @@
 #include <algorithm>
 #include <string>
 
+#include "bound_rows.hpp"
+
 namespace sieve::selection {
+
+#ifdef SIEVE_SELECTION_X86_FMA
+void bound_rows_fma(const float* q, int32_t n_heads, const float* mn, const float* mx, int32_t d,
+                    float* out);  // page_bound_fma.cpp
+#endif
+
 namespace {
+
+// bound_rows_impl vectorized with hardware FMA where the CPU has them (same bits).
+using BoundRows = void (*)(const float*, int32_t, const float*, const float*, int32_t, float*);
+BoundRows bound_rows() {
+#ifdef SIEVE_SELECTION_X86_FMA
+  static const BoundRows f = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                                 ? bound_rows_fma
+                                 : bound_rows_impl;
+  return f;
+#else
+  return bound_rows_impl;
+#endif
+}
 
 // The strides of [capacity, n_kv_heads, page_size, head_dim] CPU K pages (any layout
 // page_strides accepts).
@@ -37,6 +58,38 @@ PageStrides check_pair(const sieve_paged_kv& view, const DLTensor& sidecar) {
           "page bound: sidecar dtype " + dtype_name(sidecar.dtype) + " differs from the K pages' " +
               dtype_name(k.dtype));
   return at;
+}
+
+// Heads bounded per call of bound_rows (a group of more is done in pieces).
+constexpr int32_t kMaxGroup = 16;
+// Threads over a sequence's (page, KV head) items from this many multiply-adds, for head dims
+// whose min/max fit a stack buffer.
+constexpr int64_t kThreadedWork = int64_t(1) << 20;
+constexpr int64_t kMaxThreadedDim = 512;
+
+// load(c) for c < d into bound order (bound_order_floats) at dst.
+template <class Load>
+void scatter_bound_order(Load load, int32_t d, float* dst) {
+  const int32_t lanes = bound_order_lanes(d), round = lanes * kBoundChunk;
+  const int64_t n = bound_order_floats(d);
+  if (n != d) std::fill(dst, dst + n, 0.0f);
+  for (int32_t r0 = 0; r0 < d; r0 += round)
+    for (int32_t p = 0; p < lanes; ++p)
+      for (int32_t i = 0, c = r0 + p * kBoundChunk; i < kBoundChunk && c < d; ++i, ++c)
+        dst[r0 + i * lanes + p] = load(c);
+}
+
+// Elements [off, off + d) of a float-storage tensor in bound order, one loop per dtype (no
+// dtype test per element).
+void load_bound_order(const void* base, DLDataType t, int64_t off, int32_t d, float* dst) {
+  if (t.bits == 32) {
+    const float* s = static_cast<const float*>(base) + off;
+    scatter_bound_order([s](int32_t c) { return s[c]; }, d, dst);
+    return;
+  }
+  const uint16_t* s = static_cast<const uint16_t*>(base) + off;
+  if (t.code == kDLBfloat) scatter_bound_order([s](int32_t c) { return bf16_to_f32(s[c]); }, d, dst);
+  else scatter_bound_order([s](int32_t c) { return f16_to_f32(s[c]); }, d, dst);
 }
 
 }  // namespace
@@ -115,30 +168,43 @@ void page_bounds_cpu(const sieve_paged_kv& view, const DLTensor& sidecar, const 
               is_contiguous(q) && q.device.device_type == kDLCPU && n_q_heads % Hkv == 0,
           SIEVE_ERR_INVALID_ARGUMENT,
           "page bound: q must be a compact CPU [n_q_tokens, n_q_heads, head_dim] tensor");
-  const int64_t G = n_q_heads / Hkv;
+  const int64_t G = n_q_heads / Hkv, n = bound_order_floats(int32_t(d));
   const int32_t* pages = data_ptr<const int32_t>(view.indices);
   const void* sb = data_ptr<const void>(sidecar);
-  float* qf = scratch;                  // [n_q_heads * d]
-  float* mm = scratch + n_q_heads * d;  // [2 * d]
+  const BoundRows rows = bound_rows();
+  float* qb = scratch;                  // [n_q_heads][n]: the sequence's q in bound order
+  float* mm0 = scratch + n_q_heads * n;  // [2][n]
+  // One (page, KV head): its min and max into mm, the bounds of its group's heads into scores.
+  auto page = [&](int64_t j, int64_t kh, float* mm) {
+    const int64_t base = (pages[j] * Hkv + kh) * 2 * d;
+    load_bound_order(sb, sidecar.dtype, base, int32_t(d), mm);
+    load_bound_order(sb, sidecar.dtype, base + d, int32_t(d), mm + n);
+    float bounds[kMaxGroup];
+    for (int64_t g0 = 0; g0 < G; g0 += kMaxGroup) {  // heads kh * G + g0 ...
+      const int32_t count = int32_t(std::min<int64_t>(kMaxGroup, G - g0));
+      rows(qb + (kh * G + g0) * n, count, mm, mm + n, int32_t(d), bounds);
+      for (int32_t u = 0; u < count && !group_max; ++u)
+        scores[j * layout.item_stride + (kh * G + g0 + u) * layout.head_stride] = bounds[u];
+      if (group_max) {
+        float& best = scores[j * layout.item_stride + kh * layout.head_stride];
+        for (int32_t u = 0; u < count; ++u) best = group_max_step(best, bounds[u], g0 + u == 0);
+      }
+    }
+  };
   for (int32_t b = 0; b < view.batch; ++b) {
     const int64_t row = int64_t(qo_indptr_host[b + 1]) - 1;  // the sequence's last query
     if (row < qo_indptr_host[b]) continue;
-    for (int64_t i = 0; i < n_q_heads * d; ++i)
-      qf[i] = load_float(data_ptr<const void>(q), q.dtype, row * n_q_heads * d + i);
-    for (int32_t j = view.indptr_host[b]; j < view.indptr_host[b + 1]; ++j) {
-      const int64_t phys = pages[j];
-      for (int64_t kh = 0; kh < Hkv; ++kh) {
-        for (int64_t c = 0; c < 2 * d; ++c)
-          mm[c] = load_float(sb, sidecar.dtype, (phys * Hkv + kh) * 2 * d + c);
-        float group_best = 0.0f;
-        for (int64_t g = 0; g < G; ++g) {
-          const int64_t h = kh * G + g;
-          const float s = page_bound(qf + h * d, mm, mm + d, int32_t(d));
-          if (group_max) group_best = group_max_step(group_best, s, g == 0);
-          else scores[j * layout.item_stride + h * layout.head_stride] = s;
-        }
-        if (group_max) scores[j * layout.item_stride + kh * layout.head_stride] = group_best;
-      }
+    for (int64_t h = 0; h < n_q_heads; ++h)
+      load_bound_order(data_ptr<const void>(q), q.dtype, (row * n_q_heads + h) * d, int32_t(d),
+                       qb + h * n);
+    const int64_t j0 = view.indptr_host[b], n_items = (view.indptr_host[b + 1] - j0) * Hkv;
+    // Each (page, KV head) writes only its own scores: threads change no bit. Small sequences
+    // stay on the calling thread (waking a team costs more than they do).
+    const bool threads = d <= kMaxThreadedDim && n_items * G * d >= kThreadedWork;
+#pragma omp parallel for schedule(static) if (threads)
+    for (int64_t i = 0; i < n_items; ++i) {
+      float mm_local[2 * kMaxThreadedDim];
+      page(j0 + i / Hkv, i % Hkv, threads ? mm_local : mm0);
     }
   }
 }

@@ -32,7 +32,7 @@
 #include "sieve/cli/model_args.hpp"
 #include "sieve/cli/error_line.hpp"
 #include "sieve/cli/parse_options.hpp"
-#include "sieve/cli/probe_copy.hpp"
+#include "sieve/model/probe_host.hpp"
 #include "sieve/cli/prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/model/engine.hpp"
@@ -101,7 +101,7 @@ void measure(const model::LayerProbe& p, const model::ModelConfig& c, Study& s) 
   runtime::copy_to_host(*p.services, q.dl().data, *p.q, q.nbytes());
   std::memcpy(qo.data<int32_t>(), p.qo_indptr_host, size_t(p.batch + 1) * 4);
   runtime::HostPagedView hv;
-  probe_cache_to_host(p, "calibrate", &hv);
+  model::probe_cache_to_host(p, "calibrate", &hv);
   sieve_attention_args args = kernels::make_attention_args(p.phase, hq, hkv, hd, &q.dl(), &out.dl(), &qo.dl(),
                                                            qo.data<int32_t>(), &hv.view);
   reference::RefOptions ro;

@@ -36,10 +36,10 @@
 #include "sieve/cli/error_line.hpp"
 #include "sieve/cli/model_args.hpp"
 #include "sieve/cli/parse_options.hpp"
-#include "sieve/cli/probe_copy.hpp"
 #include "sieve/cli/prompts.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/model/model_chain.hpp"
+#include "sieve/model/probe_host.hpp"
 #include "sieve/reference/attention_ref.hpp"
 #include "sieve/reference/cosine.hpp"
 #include "sieve/reference/long_context.hpp"
@@ -72,12 +72,10 @@ struct LayerRows {
 void capture(const model::LayerProbe& p, const model::ModelConfig& c, int32_t last, LayerRows* into) {
   const int32_t n = p.qo_indptr_host[p.batch];
   const int32_t hq = c.n_heads, hkv = c.n_kv_heads, hd = c.head_dim();
-  HostTensor q({n, hq, hd}, kF32), out({n, hq, hd}, kF32), qo({p.batch + 1}, kI32);
-  runtime::copy_to_host(*p.services, q.dl().data, *p.q, q.nbytes());
-  runtime::copy_to_host(*p.services, out.dl().data, *p.out, out.nbytes());
-  std::memcpy(qo.data<int32_t>(), p.qo_indptr_host, size_t(p.batch + 1) * 4);
-  runtime::HostPagedView hv;
-  probe_cache_to_host(p, "delta-diag", &hv);
+  model::ProbeOnHost host;
+  model::probe_to_host(p, c, "delta-diag", &host);
+  HostTensor &q = host.q, &out = host.out, &qo = host.qo;
+  runtime::HostPagedView& hv = host.cache;
   std::vector<int32_t> rows;
   for (int32_t b = 0; b < p.batch; ++b)
     for (int32_t t = std::max(p.qo_indptr_host[b], p.qo_indptr_host[b + 1] - last); t < p.qo_indptr_host[b + 1]; ++t)

@@ -8,21 +8,16 @@
 //            anchor counts of the earlier chunks; ballots compact positions into anchor[] and
 //            reach[] (and each anchor's physical page into anchor_page[]); the sequence's last
 //            chunk writes the anchor count m;
-//   stage 3  deltakv_attend: FlashAttention-style FMA kernel, a CTA per (32 query tokens, query
-//            head, sequence), 4 threads per query row; phase 1 walks the anchor list (K̂/V̂ rows
-//            gathered from the pages by position) in tiles of 32 with logit + log2(count), phase 2
-//            the original keys from the tile's earliest exact position to its last query; each row
-//            masks what is not its own (anchor index >= its safe count, position outside its exact
-//            span) and the online softmax (log2 domain, f32) runs over both phases.
-// This stage-3 kernel uses f32 FMAs: it serves f32 storage, head_dim 8-32, mixed q/KV dtypes and
-// phase2=off; 16-bit q and K/V at head_dim 64/128 take the tensor-core kernel
-// (deltakv_attend_mma.cu).
+//   stage 3  deltakv_spans: each anchor's count and each row's spans (deltakv_math.hpp's
+//            variant_spans), the description the core kernel's attention variant attends: the
+//            safe anchors count-weighted, then the exact keys of the critical diagonal.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "cuda/deltakv_cuda.hpp"
-#include "cuda/deltakv_mma.hpp"
 #include "sieve/util/storage_cuda.cuh"
 
 namespace sieve::deltakv {
@@ -32,10 +27,6 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kStageKeys = 16;  // keys per shared-memory stage of the stage-1 walk
 constexpr int kMaxD = 128;
-constexpr int kRowsPerCta = 32;  // query tokens per attention CTA
-constexpr int kTile = 32;        // keys per attention tile
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -__builtin_huge_valf();
 
 __device__ inline int32_t kv_len_of(const CudaLaunch& a, int32_t b) {
   const int32_t pages = a.kv_indptr[b + 1] - a.kv_indptr[b];
@@ -178,152 +169,28 @@ __global__ void __launch_bounds__(kThreads) deltakv_pack(const CudaLaunch a) {
   }
 }
 
-// ---- stage 3 ----------------------------------------------------------------------------------
+// ---- stage 3's description ---------------------------------------------------------------------
 
-template <int D>
-__global__ void __launch_bounds__(kThreads) deltakv_attend(const CudaLaunch a) {
-  constexpr int DPT = D / 4;  // dims per thread (interleaved: dim = sub + 4 i)
-  __shared__ float sk[kTile][D];
-  __shared__ float sv[kTile][D];
-  __shared__ int32_t s_anchor[kTile], s_reach[kTile];
-  __shared__ int32_t s_max_anchors, s_min_exact, s_max_pos;
-
-  const int tid = threadIdx.x, row = tid / 4, sub = tid % 4;
-  const int32_t b = blockIdx.z, h = blockIdx.y;
-  const int32_t kvh = h / (a.hq / a.hkv);
-  const int32_t q_begin = a.qo_indptr[b], n_new = a.qo_indptr[b + 1] - q_begin;
-  const int32_t tile = int32_t(gridDim.x) - 1 - int32_t(blockIdx.x);  // latest queries first
-  const int32_t t0 = tile * kRowsPerCta;
-  if (t0 >= n_new) return;  // CTA-uniform
-  const int32_t n = kv_len_of(a, b);
+// Thread i of (sequence b, KV head): anchor i's count, and the spans of the sequence's i-th row
+// block (variant_spans from the block's first query position).
+__global__ void __launch_bounds__(kThreads) deltakv_spans(const CudaLaunch a, const CudaSpans s) {
+  const int32_t b = blockIdx.z, kvh = blockIdx.y;
+  const int32_t i = int32_t(blockIdx.x) * kThreads + int32_t(threadIdx.x);
   const int64_t seq = int64_t(b) * a.hkv + kvh;
   const int32_t m = a.n_anchors[seq];
-  const int32_t* anchor = a.anchor + seq * a.max_seq_len;
-  const int32_t* reach = a.reach + seq * a.max_seq_len;
-  const CudaAttendRule& R = a.attend;
-
-  const int32_t t = t0 + row;
-  const bool valid = t < n_new;
-  const int32_t pos = n - n_new + (valid ? t : 0);
-  int32_t n_anchor = 0, exact_begin = pos + 1;
-  if (valid) {
-    if (R.phase2 == kPhase2Off) {
-      n_anchor = visible_anchors(anchor, m, pos);
-    } else {
-      const RowSpan span = row_span(reach, m, pos, R.q_block);
-      exact_begin = span.exact_begin;
-      n_anchor = R.phase2 == kPhase2Only ? 0 : span.safe;
-    }
-  }
-  if (tid == 0) {
-    s_max_anchors = 0;
-    s_min_exact = INT32_MAX;
-    s_max_pos = -1;
-  }
-  __syncthreads();
-  if (valid && sub == 0) {
-    atomicMax(&s_max_anchors, n_anchor);
-    if (exact_begin <= pos) atomicMin(&s_min_exact, exact_begin);
-    atomicMax(&s_max_pos, pos);
-  }
-  __syncthreads();
-  const int32_t max_anchors = s_max_anchors, min_exact = s_min_exact, max_pos = s_max_pos;
-
-  const float qscale = R.scale * kLog2e;
-  float q[DPT], o[DPT];
-  const int64_t qrow = (int64_t(q_begin + (valid ? t : 0)) * a.hq + h) * D;
-#pragma unroll
-  for (int i = 0; i < DPT; ++i) {
-    q[i] = valid ? load_storage(a.q, a.q_dt, qrow + sub + 4 * i) * qscale : 0.f;
-    o[i] = 0.f;
-  }
-  float m_run = kNegInf, l_run = 0.f;
-
-  // Loads a tile: key r of the tile sits at position kpos (or is absent: kpos < 0), 4 threads
-  // per key, each a contiguous quarter of the head dimension.
-  auto load_tile = [&](auto position_of) {
-    const int r = tid / 4;
-    const int32_t kpos = position_of(r);
-    const int64_t off = kpos >= 0 ? key_offset(a, b, kvh, kpos) : -1;
-#pragma unroll
-    for (int i = 0; i < DPT; ++i) {
-      const int dim = sub * DPT + i;
-      sk[r][dim] = off >= 0 ? load_storage(a.k, a.kv_dt, off + dim) : 0.f;
-      sv[r][dim] = off >= 0 ? load_storage(a.v, a.kv_dt, off + dim) : 0.f;
-    }
-  };
-  // One online-softmax step over the tile for this thread's row; s[r] in the log2 domain.
-  auto consume = [&](float (&s)[kTile]) {
-    float mx = kNegInf;
-#pragma unroll
-    for (int r = 0; r < kTile; ++r) mx = fmaxf(mx, s[r]);
-    const float m_new = fmaxf(m_run, mx);
-    const float m_use = m_new == kNegInf ? 0.f : m_new;
-    const float alpha = exp2f(m_run - m_use);
-    m_run = m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < DPT; ++i) o[i] *= alpha;
-#pragma unroll
-    for (int r = 0; r < kTile; ++r) {
-      const float p = exp2f(s[r] - m_use);
-      sum += p;
-#pragma unroll
-      for (int i = 0; i < DPT; ++i) o[i] = fmaf(p, sv[r][sub + 4 * i], o[i]);
-    }
-    l_run = l_run * alpha + sum;
-  };
-  auto score = [&](int r) {
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < DPT; ++i) s = fmaf(q[i], sk[r][sub + 4 * i], s);
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    s += __shfl_xor_sync(0xffffffffu, s, 2);
-    return s;
-  };
-
-  // Phase 1: the packed anchors, count-weighted.
-  for (int32_t j0 = 0; j0 < max_anchors; j0 += kTile) {
-    __syncthreads();  // the previous tile is no longer read
-    load_tile([&](int r) { return j0 + r < max_anchors ? anchor[j0 + r] : -1; });
-    if (tid < kTile) {
-      s_anchor[tid] = j0 + tid < max_anchors ? anchor[j0 + tid] : 0;
-      s_reach[tid] = j0 + tid < max_anchors ? reach[j0 + tid] : 0;
-    }
-    __syncthreads();
-    float s[kTile];
-#pragma unroll
-    for (int r = 0; r < kTile; ++r) {
-      const float z = score(r);
-      s[r] = kNegInf;
-      if (j0 + r < n_anchor) {
-        s[r] = z;
-        if (R.count_weighting)
-          s[r] += log2f(float(anchor_count(s_anchor[r], s_reach[r], pos)));
-      }
-    }
-    consume(s);
-  }
-  // Phase 2: the original keys of the critical diagonal.
-  if (min_exact != INT32_MAX) {
-    for (int32_t k0 = min_exact; k0 <= max_pos; k0 += kTile) {
-      __syncthreads();
-      load_tile([&](int r) { return k0 + r <= max_pos ? k0 + r : -1; });
-      __syncthreads();
-      float s[kTile];
-#pragma unroll
-      for (int r = 0; r < kTile; ++r) {
-        const float z = score(r);
-        const int32_t kp = k0 + r;
-        s[r] = kp >= exact_begin && kp <= pos ? z : kNegInf;
-      }
-      consume(s);
-    }
-  }
-  if (!valid) return;
-  const float inv = l_run > 0.f ? 1.f / l_run : 0.f;
-#pragma unroll
-  for (int i = 0; i < DPT; ++i) store_storage(a.out, a.out_dt, qrow + sub + 4 * i, o[i] * inv);
+  const int32_t base = int32_t(seq * a.max_seq_len);
+  if (i < m) s.count[base + i] = a.reach[base + i] - a.anchor[base + i] + 1;
+  const int32_t q0 = a.qo_indptr[b], n_new = a.qo_indptr[b + 1] - q0;
+  const int32_t qb = s.rows_q_block;
+  if (i >= (n_new + qb - 1) / qb) return;
+  int64_t c_b = 0;  // row blocks of the earlier sequences
+  for (int32_t e = 0; e < b; ++e) c_b += (a.qo_indptr[e + 1] - a.qo_indptr[e] + qb - 1) / qb;
+  const int32_t n = kv_len_of(a, b);
+  const int64_t row = (c_b + i) * a.hkv + kvh;
+  int32_t(*out)[3] = reinterpret_cast<int32_t(*)[3]>(s.spans + row * 6);
+  const int32_t k = variant_spans(s.phase2, a.reach + base, m, n - n_new + i * qb, s.q_block, base, n, out);
+  s.row_spans[2 * row] = int32_t(2 * row);
+  s.row_spans[2 * row + 1] = int32_t(2 * row + k);
 }
 
 const char* last_launch_error() {
@@ -346,25 +213,11 @@ const char* launch_deltakv_pack(const CudaLaunch& a) noexcept {
   return last_launch_error();
 }
 
-const char* launch_deltakv(const CudaLaunch& a) noexcept {
+const char* launch_deltakv_spans(const CudaLaunch& a, const CudaSpans& s, int32_t max_new) noexcept {
   if (a.batch == 0) return nullptr;
-  if (const char* e = launch_deltakv_pack(a)) return e;
-  if (a.max_new == 0) return nullptr;
-  if (mma_attend_applies(a)) {
-    const cudaError_t e = launch_attend_mma(a);
-    return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
-  }
-  auto stream = static_cast<cudaStream_t>(a.stream);
-  const dim3 grid(unsigned((a.max_new + kRowsPerCta - 1) / kRowsPerCta), unsigned(a.hq),
-                  unsigned(a.batch));
-  switch (a.d) {
-    case 8: deltakv_attend<8><<<grid, kThreads, 0, stream>>>(a); break;
-    case 16: deltakv_attend<16><<<grid, kThreads, 0, stream>>>(a); break;
-    case 32: deltakv_attend<32><<<grid, kThreads, 0, stream>>>(a); break;
-    case 64: deltakv_attend<64><<<grid, kThreads, 0, stream>>>(a); break;
-    case 128: deltakv_attend<128><<<grid, kThreads, 0, stream>>>(a); break;
-    default: return "head_dim is not one of 8, 16, 32, 64, 128";
-  }
+  const int32_t items = std::max(a.max_kv_len, (max_new + s.rows_q_block - 1) / s.rows_q_block);
+  const dim3 grid(unsigned(std::max(1, (items + kThreads - 1) / kThreads)), unsigned(a.hkv), unsigned(a.batch));
+  deltakv_spans<<<grid, kThreads, 0, static_cast<cudaStream_t>(a.stream)>>>(a, s);
   return last_launch_error();
 }
 

@@ -1,5 +1,6 @@
 // deltakv_stages: times Delta-KV's CUDA stages separately — stages 1-2 (keep mask + pack: the
-// "scoring" of this method) and stage 3 (count-weighted attention) — with CUDA events, on one
+// "scoring" of this method) and stage 3 (its spans, then the core kernel's attention variant:
+// count-weighted attention, sieve::kernels::attend_cuda as the host runs it) — with CUDA events, on one
 // sequence of keys with adjacent similarity, paged (page 16, HND), bf16 or f16.
 //
 // Keys per KV head: x_t = normalize(m + drift_t + noise_t), drift an AR(1) process (rho) — a
@@ -24,7 +25,9 @@
 #include <vector>
 
 #include "cuda/deltakv_cuda.hpp"
-#include "cuda/deltakv_mma.hpp"
+#include "sieve/kernels/attention_cuda.hpp"
+#include "sieve/plugin/attention_variant.hpp"
+#include "sieve/util/tensor.hpp"
 
 namespace dk = sieve::deltakv;
 
@@ -125,7 +128,8 @@ int main(int argc, char** argv) {
     const int32_t qo[2] = {0, n}, kv_indptr[2] = {0, pages}, last[1] = {n - (pages - 1) * P};
 
     void *dk_, *dv, *dq, *dout;
-    int32_t *dqo, *dind, *dindptr, *dlast, *chunk_anchors, *anchor, *reach, *anchor_page, *n_anchors;
+    int32_t *dqo, *dind, *dindptr, *dlast, *chunk_anchors, *anchor, *reach, *anchor_page, *n_anchors, *count,
+        *row_spans, *spans;
     uint8_t* keep;
     CK(cudaMalloc(&dk_, k.size() * 2));
     CK(cudaMalloc(&dv, v.size() * 2));
@@ -143,6 +147,10 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&reach, slots * 4));
     CK(cudaMalloc(&anchor_page, slots * 4));
     CK(cudaMalloc(&n_anchors, size_t(hkv) * 4));
+    CK(cudaMalloc(&count, slots * 4));
+    const int32_t n_rows = (n + q_block - 1) / q_block * hkv;
+    CK(cudaMalloc(&row_spans, size_t(n_rows) * 2 * 4));
+    CK(cudaMalloc(&spans, size_t(n_rows) * 6 * 4));
     CK(cudaMemcpy(dk_, k.data(), k.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dv, v.data(), v.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
@@ -161,9 +169,7 @@ int main(int argc, char** argv) {
     a.v = dv;
     a.kv_strides = sieve::compact_hnd_strides(hkv, P, d);
     a.page_capacity = pages;
-    a.kv_dt = a.q_dt = a.out_dt = bf16 ? sieve::Storage::bf16 : sieve::Storage::f16;
-    a.q = dq;
-    a.out = dout;
+    a.kv_dt = bf16 ? sieve::Storage::bf16 : sieve::Storage::f16;
     a.batch = 1;
     a.hq = hq;
     a.hkv = hkv;
@@ -172,9 +178,7 @@ int main(int argc, char** argv) {
     a.max_seq_len = n;
     a.layer = 0;
     a.max_kv_len = n;
-    a.max_new = n;
     a.keep_rule = dk::KeepRule{dk::kDelta, dk::kCos, float(threshold), 0.5, 0, chunk};
-    a.attend = dk::CudaAttendRule{q_block, dk::kPhase2On, 1, float(1.0 / std::sqrt(double(d)))};
     a.keep = keep;
     a.chunk_anchors = chunk_anchors;
     a.anchor = anchor;
@@ -182,6 +186,29 @@ int main(int argc, char** argv) {
     a.anchor_page = anchor_page;
     a.n_anchors = n_anchors;
     a.stream = nullptr;
+    const dk::CudaSpans sp{q_block, dk::kPhase2On, q_block, count, row_spans, spans};
+
+    // Stage 3's call of the core kernel: every tensor on device 0, the variant over the packs.
+    const DLDataType dt = bf16 ? sieve::kBF16 : sieve::kF16;
+    const DLDevice dev{kDLCUDA, 0};
+    int64_t q_shape[3] = {n, hq, d}, two[1] = {2}, one[1] = {1}, n_pages[1] = {pages};
+    int64_t pages_shape[4] = {pages, hkv, P, d};
+    DLTensor tq = sieve::make_view(dq, dev, dt, 3, q_shape), tout = sieve::make_view(dout, dev, dt, 3, q_shape),
+             tqo = sieve::make_view(dqo, dev, sieve::kI32, 1, two);
+    sieve_paged_kv kv{};
+    kv.hdr = SIEVE_HEADER_INIT(sieve_paged_kv);
+    kv.batch = 1;
+    kv.page_size = P;
+    kv.k_pages = sieve::make_view(dk_, dev, dt, 4, pages_shape);
+    kv.v_pages = sieve::make_view(dv, dev, dt, 4, pages_shape);
+    kv.indptr = sieve::make_view(dindptr, dev, sieve::kI32, 1, two);
+    kv.indices = sieve::make_view(dind, dev, sieve::kI32, 1, n_pages);
+    kv.last_page_len = sieve::make_view(dlast, dev, sieve::kI32, 1, one);
+    kv.indptr_host = kv_indptr;
+    kv.last_page_len_host = last;
+    const sieve::plugin::AttentionVariant var(dev, SIEVE_SEL_PER_KV_HEAD, q_block, n_rows, row_spans, 2 * int64_t(n_rows),
+                                              spans, int64_t(slots), anchor, count);
+    const sieve_attention_args args = var.args(hq, hkv, d, 0.f, &tq, &tout, &tqo, qo, &kv);
 
     cudaEvent_t e0, e1, e2;
     CK(cudaEventCreate(&e0));
@@ -195,7 +222,15 @@ int main(int argc, char** argv) {
         return 1;
       }
       CK(cudaEventRecord(e1));
-      CK(dk::launch_attend_mma(a));
+      if (const char* e = dk::launch_deltakv_spans(a, sp, n)) {
+        std::fprintf(stderr, "deltakv_stages: %s\n", e);
+        return 1;
+      }
+      std::string err;
+      if (sieve::kernels::attend_cuda(args, nullptr, &err) != SIEVE_OK) {
+        std::fprintf(stderr, "deltakv_stages: %s\n", err.c_str());
+        return 1;
+      }
       CK(cudaEventRecord(e2));
       CK(cudaEventSynchronize(e2));
       float t1 = 0, t2 = 0;
@@ -227,7 +262,8 @@ int main(int argc, char** argv) {
                 pm + am, flops / (am * 1e-3) / 1e12);
     std::fflush(stdout);
     for (void* p : {dk_, dv, dq, dout, (void*)dqo, (void*)dind, (void*)dindptr, (void*)dlast, (void*)keep,
-                    (void*)chunk_anchors, (void*)anchor, (void*)reach, (void*)anchor_page, (void*)n_anchors})
+                    (void*)chunk_anchors, (void*)anchor, (void*)reach, (void*)anchor_page, (void*)n_anchors,
+                    (void*)count, (void*)row_spans, (void*)spans})
       cudaFree(p);
   }
   return 0;

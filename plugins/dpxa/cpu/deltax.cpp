@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "sieve/packing/pack_cpu.hpp"
 
@@ -39,51 +38,6 @@ void pack_tiles(const float* k, int32_t n, int32_t d, int32_t B, float pack_thre
   const int32_t blocks = (n + B - 1) / B;
   out.first.assign(size_t(blocks) + 1, m);
   for (int32_t a = m - 1; a >= 0; --a) out.first[size_t(out.anchor[size_t(a)] / B)] = a;
-}
-
-void attend_row(const float* q, const float* kf, const float* vf, int32_t d, float scale,
-                int32_t B, int32_t n, const TilePack& pack, const int32_t* kept,
-                const uint8_t* exact, int32_t n_kept, int64_t pos, float* scores, float* out) {
-  auto dot = [&](int32_t key) {
-    float s = 0.f;
-    const float* k = kf + int64_t(key) * d;
-    for (int32_t i = 0; i < d; ++i) s += q[i] * k[i];
-    return s * scale;
-  };
-  // Visit the row's keys in one fixed order (blocks ascending; exact: positions, packed:
-  // anchors) twice: logits and max, then weights and the weighted values.
-  auto for_each_key = [&](auto&& f) {
-    for (int32_t i = 0; i < n_kept; ++i) {
-      const int32_t j = kept[i];
-      if (exact[i]) {
-        const int64_t end = std::min<int64_t>({int64_t(j + 1) * B, int64_t(n), pos + 1});
-        for (int64_t p = int64_t(j) * B; p < end; ++p) f(int32_t(p), 0.f);
-      } else {
-        for (int32_t a = pack.first[size_t(j)]; a < pack.first[size_t(j) + 1]; ++a) {
-          const int32_t count = pack.reach[size_t(a)] - pack.anchor[size_t(a)] + 1;
-          f(pack.anchor[size_t(a)], std::log(float(count)));
-        }
-      }
-    }
-  };
-  float mx = -std::numeric_limits<float>::infinity();
-  int32_t c = 0;
-  for_each_key([&](int32_t key, float bias) {
-    scores[c] = dot(key) + bias;
-    mx = std::max(mx, scores[c++]);
-  });
-  std::fill(out, out + d, 0.f);
-  if (c == 0) return;
-  double sum = 0;
-  c = 0;
-  for_each_key([&](int32_t key, float) {
-    const float w = std::exp(scores[c++] - mx);
-    sum += w;
-    const float* v = vf + int64_t(key) * d;
-    for (int32_t i = 0; i < d; ++i) out[i] += w * v[i];
-  });
-  const float inv = float(1.0 / sum);
-  for (int32_t i = 0; i < d; ++i) out[i] *= inv;
 }
 
 }  // namespace sieve::dpxa::deltax

@@ -1,8 +1,9 @@
-// DeltaXAttention (paper 001 §4.2) on the CPU: attention over DPXA's kept tiles where the
-// diagonal tiles, the sink tile and the highest-scoring `exact_top` share of the other kept tiles
-// are computed exactly and every other kept tile through its Delta-KV packed keys/values (each
-// key block packed on its own, core/packing), with ln(count) added to a packed logit. One softmax
-// per query row covers both kinds of tile. Used by the dpxa plugin's mode=deltax attend.
+// DeltaXAttention (paper 001 §4.2) on the CPU, its two decisions: which kept tiles are exact and
+// each key block's Delta-KV packing. DeltaX attends DPXA's kept tiles, the diagonal tiles, the
+// sink tile and the highest-scoring `exact_top` share of the others exactly and every other kept
+// tile through its packed keys/values (each key block packed on its own, core/packing) with
+// ln(count) added to a packed logit, one softmax per query row: the core kernel's attention
+// variant computes that (cpu/deltax_attend_cpu.cpp describes it).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -25,12 +26,5 @@ struct TilePack {
 };
 void pack_tiles(const float* k, int32_t n, int32_t d, int32_t B, float pack_threshold,
                 TilePack& out);
-
-// One query row at position `pos` over keys kf / values vf [n][d] (f32, by position): softmax of
-// scale·q·k over the exact blocks' keys <= pos and of scale·q·k̂ + ln(count) over the packed
-// blocks' anchors, f32 with an f64 normaliser, into out [d]. `scores` holds at least n floats.
-void attend_row(const float* q, const float* kf, const float* vf, int32_t d, float scale,
-                int32_t B, int32_t n, const TilePack& pack, const int32_t* kept,
-                const uint8_t* exact, int32_t n_kept, int64_t pos, float* scores, float* out);
 
 }  // namespace sieve::dpxa::deltax

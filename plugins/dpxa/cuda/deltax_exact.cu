@@ -6,7 +6,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cmath>
 
-#include "cuda/deltax_attend.hpp"
+#include "cuda/deltax_spans.hpp"
 #include "cuda/select_device.cuh"
 #include "math/dpxa_tiles.hpp"
 
@@ -23,12 +23,7 @@ __global__ void __launch_bounds__(kGreedyThreads) exact_kernel(const SequenceLau
   using Reduce = cub::BlockReduce<int32_t, kGreedyThreads>;
   __shared__ typename Reduce::TempStorage reduce_temp;
   __shared__ int32_t n_rank;
-  const int32_t t = blockIdx.x, h = blockIdx.y;
-  const RowSpan r = row_span(a.kv_len, a.n_new, a.B, t);
-  const int32_t n = r.n_candidates;
-  int32_t pow2 = 1;
-  while (pow2 < n) pow2 <<= 1;
-  uint64_t* keys = reinterpret_cast<uint64_t*>(smem);            // [pow2]
+  const auto [t, h, r, n, pow2, keys] = sort_row(a, smem);
   uint32_t* words = reinterpret_cast<uint32_t*>(keys + pow2);    // [exact_words]
   const int64_t prefix = row_prefix(a, t);
   const int32_t hrow = a.rows_per_kv_head ? h / (a.hq / a.hkv) : h;
@@ -60,9 +55,7 @@ __global__ void __launch_bounds__(kGreedyThreads) exact_kernel(const SequenceLau
 }  // namespace
 
 const char* launch_exact_tiles(const SequenceLaunch& a) noexcept {
-  int32_t pow2 = 1;
-  while (pow2 < a.KB) pow2 <<= 1;
-  const size_t bytes = size_t(pow2) * 8 + size_t(a.exact_words) * 4;
+  const size_t bytes = size_t(pow2_at_least(a.KB)) * 8 + size_t(a.exact_words) * 4;
   if (const cudaError_t e = cudaFuncSetAttribute(exact_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
       e != cudaSuccess)
     return cudaGetErrorString(e);

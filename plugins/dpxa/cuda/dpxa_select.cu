@@ -27,7 +27,7 @@
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
-#include "cuda/deltax_attend.hpp"
+#include "cuda/deltax_spans.hpp"
 #include "cuda/dpxa_select.hpp"
 #include "cuda/select_device.cuh"
 #include "cuda/tile_scores_mma.cuh"
@@ -182,12 +182,7 @@ __global__ void __launch_bounds__(kGreedyThreads) greedy_kernel(const SequenceLa
   __shared__ typename Reduce::TempStorage reduce_temp;
   __shared__ float row_max, row_z;
   __shared__ int32_t n_keep;
-  const int32_t t = blockIdx.x, h = blockIdx.y;
-  const RowSpan r = row_span(a.kv_len, a.n_new, a.B, t);
-  const int32_t n = r.n_candidates;
-  int32_t pow2 = 1;
-  while (pow2 < n) pow2 <<= 1;
-  uint64_t* keys = reinterpret_cast<uint64_t*>(smem);  // [pow2]
+  const auto [t, h, r, n, pow2, keys] = sort_row(a, smem);
   float* w = reinterpret_cast<float*>(keys + pow2);     // [n] weights in index order
   float* ws = w + n;                                    // [n] weights in greedy order
   const int64_t base = int64_t(h) * a.tiles_per_head + row_prefix(a, t);
@@ -352,9 +347,7 @@ const char* launch_typed(const SequenceLaunch& a) {
   }
   const dim3 rows(unsigned(a.QB), unsigned(a.hq));
   if (const char* e = launch_scores<TQ, TK>(a, stream)) return e;
-  int32_t pow2 = 1;
-  while (pow2 < a.KB) pow2 <<= 1;
-  const size_t g_bytes = size_t(pow2) * 8 + size_t(a.KB) * 8;
+  const size_t g_bytes = size_t(pow2_at_least(a.KB)) * 8 + size_t(a.KB) * 8;
   if (const cudaError_t e = cudaFuncSetAttribute(
           greedy_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g_bytes));
       e != cudaSuccess)

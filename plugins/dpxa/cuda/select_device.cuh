@@ -1,13 +1,14 @@
 // Device helpers of dpxa's selection kernels (dpxa_select.cu) that DeltaX's exact-tile ranking
 // (deltax_exact.cu) shares: element reads of Q and the paged K, the closed-form tile offset of a
-// query block, the kept flag of a selection row, and the CTA-wide bitonic sort the greedy cover
-// and the ranking both use. Included by .cu files only.
+// query block, the kept flag of a selection row, and the per-row start (sort_row) and CTA-wide
+// bitonic sort the greedy cover and the ranking both use. Included by .cu files only.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "cuda/dpxa_select.hpp"
+#include "math/dpxa_tiles.hpp"
 
 namespace sieve::dpxa {
 namespace {
@@ -23,13 +24,36 @@ __device__ const T* query_row_t(const SequenceLaunch& a, int32_t h, int64_t i) {
   return static_cast<const T*>(a.q) + ((a.q_token0 + i) * a.hq + h) * a.d;
 }
 
-// Tiles of query blocks 0 .. t-1 of one head, in closed form: every query block before the last
-// is full, so block u sees u + 1 + ceil(base / B) key blocks (base = kv_len - n_new cached
-// tokens); Σ_{u<t} = t(t+1)/2 + t·ceil(base / B). (A loop over u cost O(t) divisions per thread
-// of every CTA: ~10^3 at 128K.)
+// Tiles of query blocks 0 .. t-1 of one head of the sequence (dpxa_tiles.hpp's row_prefix).
 __device__ __forceinline__ int64_t row_prefix(const SequenceLaunch& a, int32_t t) {
-  const int64_t c = (a.kv_len - a.n_new + a.B - 1) / a.B;
-  return int64_t(t) * (t + 1) / 2 + int64_t(t) * c;
+  return sieve::dpxa::row_prefix(a.kv_len, a.n_new, a.B, t);
+}
+
+// The power of two the bitonic sort of n keys spans (1 for n <= 1).
+__host__ __device__ __forceinline__ int32_t pow2_at_least(int32_t n) {
+  int32_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+// What a per-row kernel (greedy cover, exact ranking) starts from: its row (query block t =
+// blockIdx.x, head h = blockIdx.y), the row's candidates and the sort keys at the start of its
+// dynamic shared memory, sized for its own candidates rounded up to a power of two.
+struct SortRow {
+  int32_t t, h;
+  RowSpan r;
+  int32_t n, pow2;
+  uint64_t* keys;  // [pow2]
+};
+__device__ __forceinline__ SortRow sort_row(const SequenceLaunch& a, unsigned char* smem) {
+  SortRow s;
+  s.t = blockIdx.x;
+  s.h = blockIdx.y;
+  s.r = row_span(a.kv_len, a.n_new, a.B, s.t);
+  s.n = s.r.n_candidates;
+  s.pow2 = pow2_at_least(s.n);
+  s.keys = reinterpret_cast<uint64_t*>(smem);
+  return s;
 }
 
 // Block-wide bitonic sort of keys[0 .. pow2) (a power of two), descending; every thread of the
@@ -52,7 +76,6 @@ __device__ void sort_descending(uint64_t* keys, int32_t pow2) {
     }
 }
 
-// Kept flag of key block j in local selection row (t, hrow).
 // Kept flag of key block j in local selection row (t, hrow).
 __device__ bool row_keeps(const SequenceLaunch& a, int32_t t, int32_t hrow, int64_t prefix,
                           int32_t j) {

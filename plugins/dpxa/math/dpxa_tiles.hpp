@@ -224,6 +224,15 @@ SIEVE_DPXA_HD RowSpan row_span(int64_t kv_len, int64_t n_new, int32_t B, int32_t
 }
 SIEVE_DPXA_HD bool forced(const RowSpan& r, int32_t j) { return j == 0 || j >= r.diag_first; }
 
+// Candidates of query blocks 0 .. t-1 of one head, in closed form: every query block before the
+// last is full, so block u sees u + 1 + ceil(base / B) key blocks (base = kv_len - n_new cached
+// tokens); Σ_{u<t} = t(t+1)/2 + t·ceil(base / B). (A loop over u cost O(t) divisions per thread
+// of every CTA: ~10^3 at 128K.)
+SIEVE_DPXA_HD int64_t row_prefix(int64_t kv_len, int64_t n_new, int32_t B, int32_t t) {
+  const int64_t c = (kv_len - n_new + B - 1) / B;
+  return int64_t(t) * (t + 1) / 2 + int64_t(t) * c;
+}
+
 // Greedy order: larger weight first, equal weights by lower key block first. As one 64-bit key
 // sorted descending: weight bits (weights are >= 0, so their bits order like the values) above
 // the complemented index.

@@ -29,7 +29,7 @@
 #include "sieve/cli/model_args.hpp"
 #include "sieve/cli/error_line.hpp"
 #include "sieve/cli/parse_options.hpp"
-#include "sieve/cli/probe_copy.hpp"
+#include "sieve/model/probe_host.hpp"
 #include "sieve/cli/prompts.hpp"
 #include "sieve/model/engine.hpp"
 #include "sieve/model/model_chain.hpp"
@@ -97,7 +97,7 @@ void probe(const model::LayerProbe& p, const model::ModelConfig& c, Study& s) {
   std::vector<float> q(size_t(n) * hq * d);
   runtime::copy_to_host(*p.services, q.data(), *p.q, q.size() * 4);
   runtime::HostPagedView hv;
-  probe_cache_to_host(p, "calibrate", &hv);
+  model::probe_cache_to_host(p, "calibrate", &hv);
   const int32_t ps = hv.view.page_size;
   for (int32_t b = 0; b < p.batch; ++b) {
     const int64_t n_new = p.qo_indptr_host[b + 1] - p.qo_indptr_host[b];

@@ -38,6 +38,11 @@ inline sieve_attention_args make_attention_args(uint32_t phase, int32_t n_q_head
   return a;
 }
 
+// The call's variant (ABI 1.1), or nullptr: absent, or a 1.0 producer's args that end before it.
+inline const sieve_attention_variant* attention_variant(const sieve_attention_args& a) {
+  return SIEVE_HAS_FIELD(&a, sieve_attention_args, variant) ? a.variant : nullptr;
+}
+
 // ---- Argument checks -------------------------------------------------------------------------
 
 // Every check that needs no device memory: null tensors, ranks, shapes against n_q_heads /
@@ -64,6 +69,11 @@ std::string check_page_table_contents(const sieve_attention_args& a, const int32
 //   row's key blocks strictly increasing and < the key-block count of the row's sequence.
 std::string check_selection_contents(const sieve_attention_args& a, const int32_t* sel_indptr,
                                      const int32_t* sel_indices);
+//   variant (attention.h): each row's span range inside the spans, each span's kind and range,
+//   each packed key's position inside its row's sequence and count >= 1 (packed_count may be null).
+std::string check_variant_contents(const sieve_attention_args& a, const int32_t* row_spans,
+                                   const int32_t* spans, const int32_t* packed_pos,
+                                   const int32_t* packed_count);
 //   q_rows: every entry in [0, n_q_tokens).
 std::string check_q_rows_contents(const sieve_attention_args& a, const int32_t* q_rows);
 
@@ -91,6 +101,12 @@ struct AttentionShape {
   int32_t k_block_pages = 1;  // pages per key block (1 when dense)
   int32_t n_rows = 0;         // selection rows (0 when dense)
   int64_t q_rows = -1;        // entries of q_rows, -1 when every row is computed
+  bool variant = false;       // a sieve_attention_variant replaces the key list
+  uint32_t var_heads = 0;     // its rows' sieve_selection_heads
+  int32_t var_h = 0;          // H of its rows: 1, hkv or hq
+  int32_t var_q_block = 1;    // query tokens per row block
+  int32_t var_rows = 0;
+  uint32_t var_flags = 0;     // sieve_variant_flags
   uint32_t stats = SIEVE_STATS_NONE;
   int32_t stats_h = 0;        // page_mass columns: hkv (PER_KV_HEAD), 1 (ALL_HEADS), 0 (NONE)
 };

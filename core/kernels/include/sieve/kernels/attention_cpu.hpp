@@ -8,12 +8,12 @@
 
 namespace sieve::kernels {
 
-// Instruction sets of the decode kernel. kAuto: the widest this CPU has; a named one is the widest
-// allowed, and a call it does not fit steps down to the next: kAvx512Bf16 (AVX512_BF16 dot
-// products) takes bf16 q and K/V with head dims that are multiples of 32 and rounds the softmax
-// weights to bf16 for P.V, as the CUDA tensor-core kernels do; kAvx512 head dims that are
-// multiples of 16, kAvx2 of 8; portable: plain loops the compiler vectorizes for the build's
-// target.
+// Instruction sets of the decode and prefill kernels. kAuto: the widest this CPU has; a named one
+// is the widest allowed, and a call it does not fit steps down to the next: kAvx512Bf16
+// (AVX512_BF16 dot products, decode only; prefill runs kAvx512) takes bf16 q and K/V with head
+// dims that are multiples of 32 and rounds the softmax weights to bf16 for P.V, as the CUDA
+// tensor-core kernels do; kAvx512 head dims that are multiples of 16, kAvx2 of 8; portable: plain
+// loops the compiler vectorizes for the build's target, and cblas_sgemm for prefill tiles.
 enum class CpuIsa { kAuto, kPortable, kAvx2, kAvx512, kAvx512Bf16 };
 
 // Whether this CPU runs `isa` (kAuto and kPortable: always).
@@ -24,8 +24,9 @@ bool cpu_isa_available(CpuIsa isa);
 struct CpuAttentionOptions {
   int threads = 0;       // OpenMP threads for this call; 0: omp_get_max_threads()
   int kv_splits = 0;     // decode split-KV chunks per (sequence, head group): 0 auto, 1 off
-  bool use_blas = true;  // cblas_sgemm for prefill tiles with head_dim >= 32 and >= 16 rows
-  CpuIsa isa = CpuIsa::kAuto;  // decode kernel; SIEVE_ERR_UNSUPPORTED if this CPU lacks it
+  // cblas_sgemm for prefill tiles with head_dim >= 32 and >= 16 rows that no SIMD kernel takes
+  bool use_blas = true;
+  CpuIsa isa = CpuIsa::kAuto;  // SIMD kernels; SIEVE_ERR_UNSUPPORTED if this CPU lacks the one named
   bool prefetch = true;  // SIMD decode: software prefetch of the next chunk of K/V rows
 };
 

@@ -26,7 +26,8 @@ struct CudaAttentionOptions {
   // page size 8..128 dividing 128); false, or anything else: the mma.sync kernel.
   bool hopper = true;
   // Tensor-core row kernel with automatic splits: a row whose key list (dense keys, or selected
-  // pages) is short uses one split per this many keys, at most kv_splits. 0 = the default (256).
+  // pages) is short uses one split per this many keys begun (at most kv_splits); a row that takes
+  // one split skips the combine. 0 = the default (256).
   int split_min_keys = 0;
 };
 
@@ -36,7 +37,8 @@ sieve_status attend_cuda(const sieve_attention_args& args, const CudaAttentionOp
 
 // How attend_cuda would run `args`: which kernel family and how it splits the work.
 struct CudaAttentionPlan {
-  const char* kernel = "";  // "row-fma", "row-mma", "prefill-fma", "prefill-mma" or "prefill-wgmma"
+  const char* kernel = "";  // "row-fma", "row-mma", "prefill-fma", "prefill-mma", "prefill-wgmma",
+                            // "variant-fma" or "variant-mma"
   int kv_splits = 1;        // split-KV CTAs per (row, head unit); an upper bound for row-mma
   int heads_per_cta = 1;    // query heads that share each K/V load
 };

@@ -31,6 +31,13 @@
 //     Timed, and its KV bytes compared with the dense run's (store bytes_in_use after the last
 //     step).
 // No run stops at EOS/BOS: every prompt gets exactly N positions.
+//
+// With EvalOptions::continuations (a task's answers, task_eval.hpp), runs 1 and 2 feed those
+// tokens instead of the dense run's own, so both see exactly the task's inputs and their
+// argmaxes at each position (dense_tokens, chain_forced_tokens) can be graded; run 3 is skipped.
+//
+// Every attention call's measurement runs in blocks of query rows (at most 2^23 f64
+// probabilities at once), so a long prefill is measured in bounded memory.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -47,6 +54,12 @@ namespace sieve::model {
 struct EvalOptions {
   EngineOptions engine;  // device, page size, KV dtype (max_batch is set to the prompt count)
   int32_t steps = 128;   // positions compared per prompt
+  // Empty, or one per prompt (at least steps - 1 tokens each): fed after the prompt instead of the
+  // dense run's greedy tokens, in the dense and the measured chain run.
+  std::vector<std::vector<int32_t>> continuations;
+  // false: no per-call attention measurement (recall, out rel err, attended: the f64 reference
+  // over every query row, the costly part at long contexts); the logits metrics stay.
+  bool measure_attention = true;
 };
 
 // Attention fidelity of one layer in one phase, aggregated over every call of the run.
@@ -70,6 +83,7 @@ struct EvalReport {
   std::string chain;        // normalised chain spec
   std::string device;
   int32_t prompts = 0, steps = 0;
+  bool attention_measured = true;     // false: layers, prefill, decode hold no measurement
   std::vector<LayerFidelity> layers;
   AttentionFidelity prefill, decode;  // over every layer
 
@@ -78,18 +92,21 @@ struct EvalReport {
   double kl_mean = 0, kl_max = 0;
   double top1_agreement = 1;
 
-  // Free-running greedy.
+  // Free-running greedy (free_running false: not run, with continuations).
+  bool free_running = true;
   double token_agreement = 1;
   std::vector<int32_t> first_divergence;  // per prompt: first differing position, -1 if none
 
-  uint64_t kv_bytes_dense = 0, kv_bytes_chain = 0;
+  uint64_t kv_bytes_dense = 0, kv_bytes_chain = 0;  // chain: run 3's, or run 2's when it is skipped
   double dense_seconds = 0, chain_seconds = 0;  // free-running generations (prefill + decode)
   double measure_seconds = 0;                   // the teacher-forced run with its measurements
   // What the chain's plugins reported through the host's `metric` service in the teacher-forced
   // run (e.g. Delta-KV's kv_reduction, DPXA's density), summarised over every call.
   std::vector<std::pair<std::string, runtime::HostServices::MetricSummary>> metrics;
 
-  std::vector<std::vector<int32_t>> prompt_tokens, dense_tokens, chain_tokens;
+  // dense_tokens / chain_forced_tokens: the argmax at each position of run 1 / run 2 (the dense
+  // run's own tokens unless continuations were fed); chain_tokens: run 3's.
+  std::vector<std::vector<int32_t>> prompt_tokens, dense_tokens, chain_forced_tokens, chain_tokens;
 };
 
 // Throws sieve::Error on setup problems and plugin failures (one line naming them).

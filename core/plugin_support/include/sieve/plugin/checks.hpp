@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "sieve/plugin/error.hpp"
 #include "sieve/plugin/reasons.hpp"
@@ -55,6 +56,11 @@ int64_t selection_rows(const sieve_layer_call& call, int32_t q_block, int32_t ro
 // writes anything, so a failed select leaves the chain's selection as it was.
 void check_selection_storage(const sieve_selection& sel, int64_t n_rows, int64_t nnz,
                              DLDevice device);
+
+// The host's core attention kernel (s.kernels->attend) on `args` as given. Throws the kernel's
+// status with `what` and the host's message; UNSUPPORTED when the host offers no kernel, or when
+// args carry a variant (ABI 1.1) and the host's kernels do not list SIEVE_VARIANT_KEY_SPANS.
+void host_kernel_attend(const sieve_host_services& s, const sieve_attention_args& args, std::string_view what);
 
 // Tokens resident for sequence b of a view, from its host mirrors.
 inline int64_t view_tokens(const sieve_paged_kv& v, int32_t b) {

@@ -20,6 +20,10 @@ struct DiscoveryOptions {
   bool use_exe_dir = true;               // <exe dir>/../lib/sieve/plugins and
                                          // <runtime library dir>/sieve/plugins (3. and 4.)
   bool use_install_dir = true;           // the install libdir
+  // Load each file in a forked probe process first (probe.hpp). Off for hosts where a forked
+  // child may not call dlopen: a multithreaded process (Python with torch, CUDA initialised) may
+  // fork only to exec, so there the files are loaded directly, trusted.
+  bool probe = true;
 };
 
 struct SearchDir {

@@ -19,9 +19,11 @@ namespace sieve::runtime {
 
 class HostServices {
  public:
-  // `device`: where attention runs. For kDLCUDA a non-blocking stream is created on that device;
-  // construction throws sieve::Error (SIEVE_ERR_DEVICE) with the reason when CUDA is unusable.
-  explicit HostServices(DLDevice device);
+  // `device`: where attention runs. For kDLCUDA a non-blocking stream is created on that device,
+  // unless the caller hands its own `cuda_stream` (borrowed: never destroyed here; a CPU device
+  // refuses one); construction throws sieve::Error (SIEVE_ERR_DEVICE) with the reason when CUDA
+  // is unusable.
+  explicit HostServices(DLDevice device, void* cuda_stream = nullptr);
   ~HostServices();
   HostServices(const HostServices&) = delete;
   HostServices& operator=(const HostServices&) = delete;
@@ -73,6 +75,7 @@ class HostServices {
 
   DLDevice device_;
   void* stream_ = nullptr;
+  bool owns_stream_ = false;
   sieve_kernels kernels_{};
   sieve_host_services table_{};
   std::atomic<uint64_t> allocations_{0};

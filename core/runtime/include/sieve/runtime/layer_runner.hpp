@@ -13,6 +13,16 @@
 // selection's indices with kUnwrittenIndex before each select, O(capacity) per layer), NaN or Inf
 // in the output. Every error is one line naming the plugin, its
 // instance, the layer and the hook.
+//
+// With Options::cuda_graphs (CUDA only), a decode call of a layer whose chain declares
+// SIEVE_CUDA_GRAPH_FULL runs its hooks and core kernel from a CUDA graph (layer_graph.hpp): the
+// store's append and view stay eager, the rest is captured once and replayed while the call's
+// key (O(batch) host data) is unchanged, so a step within a page does no per-hook host work and
+// no per-kernel launch. A layer that cannot (a chain below FULL, page statistics, check mode, a
+// step that records its selection) runs eagerly; graph_eager_reason says why, and the reasons
+// are logged once when graphs are turned on. A layer whose key changes at nearly every call (a
+// ragged batch where some sequence starts a page every step) stops capturing and runs eagerly:
+// a capture costs far more than a replay saves.
 #pragma once
 #include <array>
 #include <climits>
@@ -25,6 +35,7 @@
 #include "sieve/runtime/chain_spec.hpp"
 #include "sieve/runtime/host_services.hpp"
 #include "sieve/runtime/host_timers.hpp"
+#include "sieve/runtime/layer_graph.hpp"
 #include "sieve/util/grow_buffer.hpp"
 
 namespace sieve::runtime {
@@ -69,6 +80,8 @@ class LayerRunner {
     // entries: 137 GB for a 128K-token prefill of 32 heads); > 1 sizes them for query blocks of
     // at least this many tokens (a policy with smaller blocks then gets SIEVE_ERR_CAPACITY).
     int32_t min_selection_q_block = 1;
+    // Replay decode calls of FULL chains from CUDA graphs (see above); set_cuda_graphs toggles it.
+    bool cuda_graphs = false;
   };
 
   // Creates every instance of `chains` (policy create; an empty chain of a layer means dense
@@ -91,6 +104,12 @@ class LayerRunner {
 
   // Turn Options::record_selections on or off between calls (a benchmark records one untimed step).
   void set_record_selections(bool on) { options_.record_selections = on; }
+  // Turn Options::cuda_graphs on or off between calls (the first time on, the reasons layers run
+  // eagerly are logged).
+  void set_cuda_graphs(bool on);
+  // Why layer L's decode calls run eagerly with graphs on ("": they are replayed from graphs).
+  const std::string& graph_eager_reason(int32_t layer) const { return graph_eager_.at(size_t(layer)); }
+  const LayerGraphs::Counts& graph_counts() const { return graphs_.counts(); }
 
   // The step is over for these sequences: each instance that served a layer gets end_step once.
   sieve_status end_step(uint32_t phase, uint64_t step, const int32_t* seq_ids, int32_t batch,
@@ -111,6 +130,9 @@ class LayerRunner {
   sieve_status append_new(const LayerInputs& in, LayerStep& step, std::string* error);
   sieve_status view_layer(const LayerInputs& in, LayerStep& step, std::string* error);
   sieve_status run_on_append(LayerStep& step, std::string* error);
+  sieve_status run_hooks(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error);
+  sieve_status run_graphed(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error);
+  void prepare_selection(const LayerInputs& in, DLTensor* out, LayerStep& step);
   sieve_status run_select(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error);
   sieve_status run_attend(const LayerInputs& in, DLTensor* out, LayerStep& step, std::string* error);
   sieve_status run_correct(DLTensor* out, LayerStep& step, std::string* error);
@@ -122,6 +144,10 @@ class LayerRunner {
   std::string poison_indices(const sieve_selection& sel, int64_t capacity);
   static std::string find_hole(const std::vector<int32_t>& indptr, const std::vector<int32_t>& indices, int64_t nnz);
   std::string check_output(const DLTensor& out, const int32_t* rows, int64_t n_rows);
+  // Why layer L's decode chain cannot be replayed from a graph ("" if it can).
+  std::string graph_blocker(int32_t layer) const;
+  // What a graph of this call was built from (layer_graph.hpp), into key_.
+  void graph_key(const LayerInputs& in, const DLTensor* out, const LayerStep& step);
   // The call the hooks see for `in` on `view` (the per-sequence lengths go to kv_len_).
   sieve_layer_call layer_call(const LayerInputs& in, sieve_paged_kv* view);
   // Instance `i` uses `hook` (a sieve_hook_bits bit): its own hooks, asked after create.
@@ -147,6 +173,15 @@ class LayerRunner {
   std::vector<int32_t> poison_;  // check mode: the fill copied into the selection's indices
   HostTimers timers_;
   uint64_t buffer_allocations_ = 0;
+  LayerGraphs graphs_;
+  std::vector<std::string> graph_eager_;  // per layer, decode: why no graph ("": replayable)
+  std::vector<uint8_t> graph_warm_;       // per layer: a decode call ran eagerly already
+  // Per layer: calls since its last capture, and captures in a row that came soon after the one
+  // before (a key that changes nearly every call: run_graphed gives up on the layer).
+  std::vector<int32_t> graph_since_capture_, graph_quick_recaptures_;
+  std::vector<int64_t> key_;
+  bool graph_reasons_logged_ = false;
+  bool graph_churn_logged_ = false;
 };
 
 }  // namespace sieve::runtime

@@ -68,7 +68,8 @@ class Registry {
   // Load every plugin file of one directory (in name order) / one file. Return false when the
   // directory does not exist / the file failed to load (recorded in failures(), and a warning).
   // A file is loaded into this process only after it loaded cleanly in a probe process
-  // (probe.hpp): a file that crashes or hangs the loader is a failure, not the host's end.
+  // (probe.hpp): a file that crashes or hangs the loader is a failure, not the host's end;
+  // unless discovery was told not to probe (DiscoveryOptions::probe).
   bool add_directory(const std::string& dir);
   bool add_file(const std::string& path);
 
@@ -95,6 +96,9 @@ class Registry {
   bool add_probed(const std::string& path, std::string probe_error);
   void add_loaded(LoadedPlugin plugin);
   void collect_stores();  // stores_ = builtin_stores_ + the plugins' stores
+  // What a file's probe says ("" = load it); every file loads unprobed when probing is off.
+  std::vector<std::string> probe(const std::vector<std::string>& files) const;
+  bool probe_ = true;  // DiscoveryOptions::probe
   std::vector<LoadedPlugin> plugins_;
   std::vector<StoreEntry> builtin_stores_, stores_;
   std::vector<LoadFailure> failures_;

@@ -88,6 +88,21 @@ inline float page_bound(const float* q, const float* mn, const float* mx, int32_
   return partial[0];
 }
 
+// The order page_bounds_cpu reads q and a page's min and max in ("bound order"): rounds of L
+// chunks x 8 channels, step i of chunk p at [round][i][p], zero past head_dim, with L = 16 (the
+// partials) or 8 where head_dim <= 64 (partials 8-15 would hold nothing). Floats of one row:
+inline int32_t bound_order_lanes(int32_t head_dim) {
+  return head_dim <= kBoundChunk * kBoundPartials / 2 ? kBoundPartials / 2 : kBoundPartials;
+}
+inline int64_t bound_order_floats(int32_t head_dim) {
+  const int32_t round = bound_order_lanes(head_dim) * kBoundChunk;
+  return int64_t((head_dim + round - 1) / round) * round;
+}
+// The scratch page_bounds_cpu needs, in floats.
+inline int64_t page_bounds_scratch_floats(int32_t n_q_heads, int32_t head_dim) {
+  return (int64_t(n_q_heads) + 2) * bound_order_floats(head_dim);
+}
+
 // ---- CPU maintenance and scoring over a call's view ----------------------------------------
 // `new_tokens` (host [batch + 1], CSR like token_indptr / qo_indptr): the last
 // new_tokens[b+1]-new_tokens[b] resident tokens of sequence b are new. Updates the sidecar
@@ -105,7 +120,8 @@ void minmax_recompute_cpu(const sieve_paged_kv& view, int32_t physical_page, int
 // scores: f32, page j of the view's page table (j = indptr[b] + logical page) and head h at
 // scores[j * layout.item_stride + h * layout.head_stride] (top_k.hpp's ScoreLayout), with
 // H = n_q_heads (one bound per query head) or, when group_max, H = n_kv_heads (the max over the
-// group's query heads). `scratch` holds (n_q_heads + 2) * head_dim floats (no allocation here).
+// group's query heads). `scratch` holds page_bounds_scratch_floats(n_q_heads, head_dim) floats (no
+// allocation here).
 void page_bounds_cpu(const sieve_paged_kv& view, const DLTensor& sidecar, const DLTensor& q,
                      const int32_t* qo_indptr_host, int32_t n_q_heads, bool group_max,
                      float* scores, ScoreLayout layout, float* scratch);

@@ -1,6 +1,7 @@
-// The AVX-512 vector type of the decode kernel (decode_loop.hpp): 16 floats. For translation
-// units compiled with -mavx512f -mavx512bw -mfma -mf16c only; it sits in their anonymous
-// namespace, so nothing built from it is shared with code compiled for other CPUs.
+// The AVX-512 vector type of the decode and prefill kernels (decode_loop.hpp, prefill_loop.hpp):
+// 16 floats. For translation units compiled with -mavx512f -mavx512bw -mfma -mf16c only; it sits
+// in their anonymous namespace, so nothing built from it is shared with code compiled for other
+// CPUs.
 #pragma once
 #include <immintrin.h>
 
@@ -17,6 +18,9 @@ struct Avx512 {
   static constexpr int kDimBlock = 4;  // 4 heads x 4 vectors of accumulators, 4 of values
   // keys per pass of the scores: 4 x 4 accumulators, 4 q and 8 k vectors (bf16 pairs)
   static constexpr int kScoreKeys = 4;
+  // prefill blocks (prefill_loop.hpp): scores 4 rows x 4 key vectors, P.V 4 rows x 4 dim vectors
+  static constexpr int kPrefillScoreRows = 4, kPrefillKeyVectors = 4;
+  static constexpr int kPrefillAccRows = 4, kPrefillDimVectors = 4;
 
   static F zero() { return _mm512_setzero_ps(); }
   static F set1(float x) { return _mm512_set1_ps(x); }
@@ -25,6 +29,7 @@ struct Avx512 {
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F max(F a, F b) { return _mm512_max_ps(a, b); }
   static float hsum(F x) { return _mm512_reduce_add_ps(x); }
   static float hmax(F x) { return _mm512_reduce_max_ps(x); }
 
@@ -90,6 +95,34 @@ struct Avx512 {
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
   static F scale2(F y, F n) { return _mm512_scalef_ps(y, n); }
   static float lane0(F x) { return _mm512_cvtss_f32(x); }
+  // dst row c = column c of the 16 x 16 block src (rows src_stride floats apart): 32-bit and
+  // 64-bit interleaves within 128-bit lanes, then two rounds of 128-bit lane shuffles.
+  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+    F r[16], a[16], b[16];
+    for (int i = 0; i < 16; ++i) r[i] = loadf(src + i * src_stride);
+    for (int k = 0; k < 8; ++k) {  // lane L: [r2k[4L], r2k+1[4L], r2k[4L+1], r2k+1[4L+1]], ...
+      a[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+      a[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; ++k) {  // b[4k + m], lane L: column 4L + m of rows 4k .. 4k + 3
+      const __m512d x0 = _mm512_castps_pd(a[4 * k]), x1 = _mm512_castps_pd(a[4 * k + 1]);
+      const __m512d x2 = _mm512_castps_pd(a[4 * k + 2]), x3 = _mm512_castps_pd(a[4 * k + 3]);
+      b[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(x0, x2));
+      b[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x0, x2));
+      b[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(x1, x3));
+      b[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(x1, x3));
+    }
+    for (int m = 0; m < 4; ++m) {  // column 4L + m: lane L of b[m], b[4 + m], b[8 + m], b[12 + m]
+      const F c0 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x44);
+      const F c1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xee);
+      const F c2 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x44);
+      const F c3 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xee);
+      storef(dst + m * dst_stride, _mm512_shuffle_f32x4(c0, c2, 0x88));
+      storef(dst + (4 + m) * dst_stride, _mm512_shuffle_f32x4(c0, c2, 0xdd));
+      storef(dst + (8 + m) * dst_stride, _mm512_shuffle_f32x4(c1, c3, 0x88));
+      storef(dst + (12 + m) * dst_stride, _mm512_shuffle_f32x4(c1, c3, 0xdd));
+    }
+  }
 };
 
 }  // namespace
