@@ -518,12 +518,14 @@ TEST_F(AttentionCudaTensorCores, DecodeSplitCrossesSlotChunks) {
 const std::vector<int32_t> kLongPrefillLens = {0, 1, 77, 130, 300};
 const std::vector<int32_t> kLongPrefillNew = {0, 1, 30, 130, 300};
 
+// Groups 1-32; group 24 (16 heads per CTA: a second head unit of 8) leaves a CTA's last rows to
+// heads outside its unit, which must not be stored.
 TEST_F(AttentionCudaTensorCores, PrefillGqaHeadDimsPageSizes) {
   struct Geo {
     int32_t hq, hkv, d, ps;
   };
   for (Geo g : {Geo{8, 8, 64, 16}, Geo{8, 4, 128, 32}, Geo{8, 1, 64, 32}, Geo{8, 2, 128, 16}, Geo{16, 1, 128, 64},
-                Geo{32, 1, 64, 16}, Geo{6, 2, 128, 24}, Geo{8, 2, 64, 8}})
+                Geo{32, 1, 64, 16}, Geo{6, 2, 128, 24}, Geo{8, 2, 64, 8}, Geo{24, 1, 128, 16}})
     for (DLDataType t : {kBF16, kF16}) {
       SCOPED_TRACE("hq " + std::to_string(g.hq) + ", hkv " + std::to_string(g.hkv) + ", d " + std::to_string(g.d) +
                    ", page_size " + std::to_string(g.ps) + ", " + dt(t));
@@ -563,6 +565,19 @@ TEST_F(AttentionCudaTensorCores, PrefillLongPromptsManyTiles) {
     expect_on_kernel(w, prefill_tc_kernel(128, 16));
     w.set_selection(SIEVE_SEL_PER_KV_HEAD, 128, 4, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 128, 4, 0.5, 5));
     expect_on_kernel(w, prefill_tc_kernel(128, 16));
+  }
+}
+
+// The Hopper kernel takes each row's maximum before scaling, which is right for positive scales
+// only: a negative one must run (correctly) on the mma.sync kernel, a positive one on Hopper's.
+TEST_F(AttentionCudaTensorCores, PrefillScaleSignPicksTheKernel) {
+  for (float scale : {0.37f, -0.37f}) {
+    SCOPED_TRACE("scale " + std::to_string(scale));
+    WorkloadSpec s = half_spec(8, 2, 128, 16, {300, 200}, kBF16, 23, SIEVE_PHASE_PREFILL, {300, 150});
+    s.scale = scale;
+    Workload w(s);
+    w.request_lse();
+    expect_on_kernel(w, scale > 0 ? prefill_tc_kernel(128, 16) : "prefill-mma");
   }
 }
 

@@ -318,7 +318,8 @@ sieve_status check_and_plan(const sieve_attention_args& a, const CudaAttentionOp
   if (sieve_status st_ = device_state(dev, st, error); st_ != SIEVE_OK) return st_;
   *plan = make_plan(a, o, (*st)->sm_count);
 #if SIEVE_CUDA_HOPPER
-  plan->hopper = o.hopper && !s.variant && !plan->row_path && plan->mma &&
+  // The Hopper kernel takes the row maximum before scaling: positive scales only.
+  plan->hopper = o.hopper && !s.variant && !plan->row_path && plan->mma && s.scale > 0.f &&
                  cuda::sm90::prefill_wgmma_unsupported(dev, s.d, s.page_size).empty();
 #endif
   return SIEVE_OK;

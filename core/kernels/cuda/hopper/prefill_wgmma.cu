@@ -5,22 +5,24 @@
 // its key list (mma::KeyList: dense keys up to the causal limit, or the selected blocks' pages) in
 // tiles of 128 keys.
 //
-// Roles (384 threads, three warpgroups):
-//  - warpgroup 0, the producer: its first warp fills a 2-stage ring of K/V tiles. Per tile, lane j
-//    resolves page j of the tile (128 / page_size pages); a page wholly inside the sequence is
-//    loaded by TMA (4 boxes: K and V, two 64-column halves, into 128-byte-swizzled rows), any
-//    other page is copied (or zero-filled past the sequence / for an invalid slot) by the warp with
-//    plain stores, so no NaN from a ragged last page or a spare page reaches P·V (0 x NaN = NaN).
-//    It writes each key's position (INT32_MAX: invalid) and whether the tile needs masking, then
-//    arms the stage's `full` barrier with the TMA bytes. It waits on the stage's `empty` barrier
-//    before refilling it. The other three warps leave after giving up their registers.
-//  - warpgroups 1 and 2, the consumers, 64 rows each: per tile, S = Q·Kᵀ (wgmma, Q and K from
-//    swizzled shared memory, 8 k16 steps), mask and scale to log2 logits, online softmax in
-//    registers, O += P·V (wgmma with P from registers, V transposed), then release the stage.
-//    The two consumers run out of phase on their own, so one's softmax overlaps the other's MMAs.
-// Register budget: setmaxnreg gives the producer 40 and each consumer thread 232 (S 64 + O 64 + P
-// 32 f32/b32 registers plus addresses).
-// Not yet run on a GPU: docs/bench/README.md ("Hopper prefill: design") says what is tested where.
+// Roles (384 threads, three warpgroups; FlashAttention-3's forward structure, written here from
+// scratch):
+//  - warpgroup 0, the producer: its first warp fills two 2-stage rings, one of K tiles and one of V
+//    tiles, each stage with its own `full` and `empty` mbarrier (K is released as soon as S is
+//    computed, V only after P·V: separate rings let K of tile j + 2 load while V of tile j is still
+//    read). Per tile, lane j resolves page j of the tile (128 / page_size pages); a page wholly
+//    inside the sequence is loaded by TMA (a box per 64-column half, into 128-byte-swizzled rows),
+//    any other page is copied (or zero-filled past the sequence / for an invalid slot) by the warp
+//    with plain stores, so no NaN from a ragged last page or a spare page reaches P·V (0 x NaN =
+//    NaN). With K it writes each key's position (INT32_MAX: invalid) and whether the tile needs
+//    masking. The other three warps leave after giving up their registers.
+//  - warpgroups 1 and 2, the consumers, 64 rows each. Intra-warpgroup overlap: iteration j issues
+//    S_j = Q·K_jᵀ (wgmma SS) and O += P_{j-1}·V_{j-1} (wgmma RS) back to back, then masks and
+//    exponentiates S_j while P·V still runs on the tensor cores, and rescales O once P·V is done.
+//    Ping-pong: a pair of named barriers makes the two consumers issue their MMAs in turn, so one's
+//    softmax runs under the other's MMAs.
+// Register budget: setmaxnreg gives the producer 56 (at 40 it spilled 28 bytes) and each consumer
+// thread 224 (S 64 + O 64 + P 32 registers live across the overlapped MMAs, plus addresses).
 #include "../attention_mma.cuh"
 #include "async_copy.cuh"
 #include "device.hpp"
@@ -36,7 +38,7 @@ using mma::KeyList;
 constexpr int kD = 128;
 constexpr int kRows = kMmaPrefillRows;       // 128 rows per CTA, 64 per consumer
 constexpr int kKeys = 128;                   // keys per K/V tile
-constexpr int kStages = 2;
+constexpr int kStages = 2;                   // per ring (K and V)
 constexpr int kThreads = 384;
 constexpr int kHalf = kKeys * 128;           // bytes of one 64-column half of a K or V tile
 constexpr int kTileBytes = 2 * kHalf;        // one K (or V) tile
@@ -48,9 +50,23 @@ struct Smem {
   static constexpr size_t v = k + size_t(kStages) * kTileBytes;
   static constexpr size_t kpos = v + size_t(kStages) * kTileBytes;  // int32 [stage][128]
   static constexpr size_t mask = kpos + size_t(kStages) * kKeys * 4;  // int32 [stage]
-  static constexpr size_t bars = mask + 16;                         // u64 full[stage], empty[stage]
-  static constexpr size_t bytes = bars + 2 * kStages * 8;
+  static constexpr size_t bars = mask + 16;  // u64 k_full[stage], v_full[stage], k_empty[stage], v_empty[stage]
+  static constexpr size_t bytes = bars + 4 * kStages * 8;
   static constexpr size_t launch_bytes = bytes + kSwAtomBytes;     // + the alignment slack
+};
+
+// The ring barriers, by role.
+struct Rings {
+  uint64_t* k_full;
+  uint64_t* v_full;
+  uint64_t* k_empty;
+  uint64_t* v_empty;
+  __device__ explicit Rings(unsigned char* base) {
+    k_full = reinterpret_cast<uint64_t*>(base + Smem::bars);
+    v_full = k_full + kStages;
+    k_empty = v_full + kStages;
+    v_empty = k_empty + kStages;
+  }
 };
 
 __device__ inline unsigned char* align_atom(unsigned char* p) {
@@ -58,91 +74,200 @@ __device__ inline unsigned char* align_atom(unsigned char* p) {
   return p + ((kSwAtomBytes - (a % kSwAtomBytes)) % kSwAtomBytes);
 }
 
-__device__ inline void setmaxnreg_dec40() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::); }
-__device__ inline void setmaxnreg_inc232() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::); }
+__device__ inline void setmaxnreg_dec56() { asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::); }
+__device__ inline void setmaxnreg_inc224() { asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::); }
 // Barrier among one consumer warpgroup's 128 threads (ids 1, 2; 0 is __syncthreads).
 __device__ inline void consumer_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(cw + 1) : "memory"); }
+// The MMA turn of consumer cw (ids 3, 4): it waits for its turn before issuing its MMAs and gives
+// the turn to the other consumer after issuing them (256 = its 128 waiters + the giver's arrivals).
+__device__ inline void turn_wait(int cw) { asm volatile("bar.sync %0, 256;\n" ::"r"(cw + 3) : "memory"); }
+__device__ inline void turn_give(int to) { asm volatile("bar.arrive %0, 256;\n" ::"r"(to + 3) : "memory"); }
+// 2^x on the SFU (flushes subnormal results to 0, which a probability below 2^-126 is anyway).
+__device__ inline float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // One 16-byte chunk c (0..15) of key row r in a swizzled K/V tile.
 __device__ inline uint32_t tile_chunk(int r, int c) {
   return (c / 8) * kHalf + sw128_offset(r, (c % 8) * 8);
 }
 
-// The producer warp: fills stage `st` with key tile `t` of `keys`.
-template <class T>
-__device__ void produce_tile(const AttnParams& p, const CUtensorMap* kmap, const CUtensorMap* vmap, const KeyList& keys,
-                             int32_t kvh, int32_t kv_len, int32_t min_pos, int32_t t, unsigned char* sk,
-                             unsigned char* sv, int32_t* kpos, int32_t* need_mask, uint64_t* full) {
+// The pages of one key tile as the producer warp sees them: lane j < 128 / page_size holds page j.
+struct TilePages {
+  int32_t phys = -1, pos0 = 0;  // physical page (-1: invalid slot or past the list) and its first position
+  bool clean = false;           // loaded by TMA: every token inside the sequence
+  unsigned clean_mask = 0;      // the warp's clean lanes
+};
+
+__device__ TilePages tile_pages(const AttnParams& p, const KeyList& keys, int32_t kv_len, int32_t t) {
   const int lane = threadIdx.x % 32;
   const int32_t P = p.page_size;
-  const int ppt = kKeys / P;  // pages per tile (<= 16: page_size >= 8)
-  // Lane j < ppt: page j of the tile. clean: loaded by TMA (every token inside the sequence).
-  int32_t phys = -1, pos0 = 0;
-  if (lane < ppt) {
+  TilePages tp;
+  if (lane < kKeys / P) {
     const int32_t slot = keys.slot_of(p, t * kKeys) + lane;
-    if (int64_t(slot) * P < keys.n_keys) phys = keys.resolve_slot(p, slot, pos0);
+    if (int64_t(slot) * P < keys.n_keys) tp.phys = keys.resolve_slot(p, slot, tp.pos0);
   }
-  const bool clean = lane < ppt && phys >= 0 && pos0 + P <= kv_len;
-  const unsigned clean_mask = __ballot_sync(0xffffffffu, clean);
+  tp.clean = lane < kKeys / P && tp.phys >= 0 && tp.pos0 + P <= kv_len;
+  tp.clean_mask = __ballot_sync(0xffffffffu, tp.clean);
+  return tp;
+}
 
-  // Key positions and the mask flag: a key past the tile's first query or invalid masks.
-  int32_t max_pos = -1;
-  for (int r = lane; r < kKeys; r += 32) {
-    const int32_t ph = __shfl_sync(0xffffffffu, phys, r / P);
-    const int32_t p0 = __shfl_sync(0xffffffffu, pos0, r / P);
-    const int32_t pos = p0 + r % P;
-    const int32_t kp = ph >= 0 && pos < kv_len ? pos : INT32_MAX;
-    kpos[r] = kp;
-    max_pos = max(max_pos, kp);
+// The warp's copy of the rows TMA does not load (pages that are not clean) into a swizzled tile:
+// valid rows from the pool, zeros elsewhere, 16 bytes a lane.
+template <class T>
+__device__ void copy_unclean(const AttnParams& p, const T* pool, const TilePages& tp, int32_t kvh, int32_t kv_len,
+                             unsigned char* dst) {
+  const int lane = threadIdx.x % 32;
+  const int32_t P = p.page_size;
+  if (tp.clean_mask == (1u << (kKeys / P)) - 1) return;
+  // kKeys * 16 chunks: the same trip count on every lane, so the shuffles see the whole warp.
+  for (int i = lane; i < kKeys * 16; i += 32) {
+    const int r = i / 16, c = i % 16;
+    const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, r / P);
+    const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, r / P);
+    if (tp.clean_mask >> (r / P) & 1) continue;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (ph >= 0 && p0 + r % P < kv_len) x = *reinterpret_cast<const uint4*>(pool + p.pages.row(ph, kvh, r % P) + c * 8);
+    *reinterpret_cast<uint4*>(dst + tile_chunk(r, c)) = x;
   }
+  fence_async_shared();  // these rows are read next by wgmma (the async proxy)
+}
+
+// Arms `full` with the bytes of the clean pages' boxes, then loads them (both 64-column halves).
+__device__ void load_clean(const AttnParams& p, const CUtensorMap* map, const TilePages& tp, int32_t kvh,
+                           unsigned char* dst, uint64_t* full) {
+  const int lane = threadIdx.x % 32;
+  __syncwarp();  // the copies above are done (and fenced) before the arrival publishes them
+  if (lane == 0) mbar_arrive_expect_tx(full, uint32_t(__popc(tp.clean_mask)) * 2u * uint32_t(p.page_size) * 128u);
+  __syncwarp();
+  if (tp.clean)
+    for (int h = 0; h < 2; ++h) tma_load_4d(dst + h * kHalf + lane * p.page_size * 128, map, full, h * 64, 0, kvh, tp.phys);
+}
+
+// The producer warp: K and V of every tile of `keys`, each into its ring once the stage is free.
+template <class T>
+__device__ void produce(const AttnParams& p, const CUtensorMap* kmap, const CUtensorMap* vmap, const KeyList& keys,
+                        int32_t kvh, int32_t kv_len, int32_t min_pos, unsigned char* base) {
+  const int lane = threadIdx.x % 32;
+  const Rings bars(base);
+  const int32_t n_tiles = ceil_div_d(keys.n_keys, kKeys);
+  for (int32_t t = 0; t < n_tiles; ++t) {
+    const int st = t % kStages;
+    const uint32_t parity = uint32_t(t / kStages - 1) & 1u;  // of the consumers' release of this stage
+    const TilePages tp = tile_pages(p, keys, kv_len, t);
+
+    if (t >= kStages) mbar_wait(&bars.k_empty[st], parity);
+    // Key positions and the mask flag: a key past the tile's first query or invalid masks.
+    int32_t* kpos = reinterpret_cast<int32_t*>(base + Smem::kpos) + st * kKeys;
+    int32_t max_pos = -1;
+    for (int r = lane; r < kKeys; r += 32) {
+      const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, r / p.page_size);
+      const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, r / p.page_size);
+      const int32_t pos = p0 + r % p.page_size;
+      const int32_t kp = ph >= 0 && pos < kv_len ? pos : INT32_MAX;
+      kpos[r] = kp;
+      max_pos = max(max_pos, kp);
+    }
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
-  if (lane == 0) *need_mask = max_pos > min_pos;
+    for (int o = 16; o > 0; o /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
+    if (lane == 0) reinterpret_cast<int32_t*>(base + Smem::mask)[st] = max_pos > min_pos;
+    unsigned char* sk = base + Smem::k + st * kTileBytes;
+    copy_unclean(p, static_cast<const T*>(p.k), tp, kvh, kv_len, sk);
+    load_clean(p, kmap, tp, kvh, sk, &bars.k_full[st]);
 
-  // Pages TMA does not load: the warp copies their valid rows and zeroes the rest, 16 bytes a lane.
-  const T* kg = static_cast<const T*>(p.k);
-  const T* vg = static_cast<const T*>(p.v);
-  if (clean_mask != (1u << ppt) - 1) {
-    // kKeys * 16 chunks: the same trip count on every lane, so the shuffles see the whole warp.
-    for (int i = lane; i < kKeys * 16; i += 32) {
-      const int r = i / 16, c = i % 16;
-      const int32_t ph = __shfl_sync(0xffffffffu, phys, r / P);
-      const int32_t p0 = __shfl_sync(0xffffffffu, pos0, r / P);
-      if (clean_mask >> (r / P) & 1) continue;
-      uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
-      if (ph >= 0 && p0 + r % P < kv_len) {
-        const int64_t row = p.pages.row(ph, kvh, r % P) + c * 8;
-        kx = *reinterpret_cast<const uint4*>(kg + row);
-        vx = *reinterpret_cast<const uint4*>(vg + row);
-      }
-      *reinterpret_cast<uint4*>(sk + tile_chunk(r, c)) = kx;
-      *reinterpret_cast<uint4*>(sv + tile_chunk(r, c)) = vx;
-    }
-    fence_async_shared();  // these rows are read next by wgmma (the async proxy)
-  }
-  __syncwarp();
-  // Arm the barrier with the TMA bytes (the arrival completes the phase once they land), then load.
-  if (lane == 0) mbar_arrive_expect_tx(full, uint32_t(__popc(clean_mask)) * 4u * uint32_t(P) * 128u);
-  __syncwarp();
-  if (clean) {
-    for (int h = 0; h < 2; ++h) {
-      tma_load_4d(sk + h * kHalf + lane * P * 128, kmap, full, h * 64, 0, kvh, phys);
-      tma_load_4d(sv + h * kHalf + lane * P * 128, vmap, full, h * 64, 0, kvh, phys);
-    }
+    if (t >= kStages) mbar_wait(&bars.v_empty[st], parity);
+    unsigned char* sv = base + Smem::v + st * kTileBytes;
+    copy_unclean(p, static_cast<const T*>(p.v), tp, kvh, kv_len, sv);
+    load_clean(p, vmap, tp, kvh, sv, &bars.v_full[st]);
   }
 }
 
+// The consumer's running softmax state: its two rows' maximum (log2 domain) and sum.
+struct RowState {
+  float m[2] = {kNegInf, kNegInf};
+  float l[2] = {0.f, 0.f};
+};
+
+// S (raw Q·Kᵀ, masked keys -inf) -> P = 2^(S·scale - m) in place; updates m and l, returns in
+// alpha the factor that rescales O (and l) from the old maximum to the new. scale_log2 > 0 (the
+// planner sends other scales to the mma.sync kernel), so the maximum of S·scale is max(S)·scale:
+// one FFMA and one SFU op per element.
+__device__ inline void online_softmax(float (&s)[kKeys / 2], RowState& rs, float scale_log2, float (&alpha)[2]) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float mx = kNegInf;
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(rs.m[hf], mx * scale_log2);
+    const float m_use = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0
+    alpha[hf] = ex2(rs.m[hf] - m_use);
+    rs.m[hf] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s[4 * j + 2 * hf + e];
+        x = ex2(fmaf(x, scale_log2, -m_use));
+        sum += x;
+      }
+    rs.l[hf] = rs.l[hf] * alpha[hf] + sum;
+  }
+}
+
+// Keys past the row's position (or invalid) to -inf, when the producer flagged the tile.
+__device__ inline void mask_tile(float (&s)[kKeys / 2], const int32_t* kpos, int32_t need, const int32_t (&qpos)[2]) {
+  if (!need) return;
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int32_t pos = kpos[8 * j + 2 * t + e];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+        if (pos > qpos[hf]) s[4 * j + 2 * hf + e] = kNegInf;
+    }
+}
+
+// P as wgmma's A fragments (mma.sync's A layout per warp), 16 keys each.
+template <class T>
+__device__ inline void pack_p(const float (&s)[kKeys / 2], uint32_t (&pa)[kKeys / 16][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kKeys / 16; ++ks)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pa[ks][i] = mma::pack2<T>(s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
+}
+
+template <class T>
+__device__ inline void issue_qk(float (&s)[kKeys / 2], uint32_t q_addr, uint32_t k_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint32_t off = (kk % 4) * 32;  // k16 step inside a 128-byte row
+    wgmma_ss<T, kKeys>(s, desc_k_major(q_addr + (kk / 4) * kQHalf + off), desc_k_major(k_addr + (kk / 4) * kHalf + off),
+                       kk > 0);
+  }
+}
+
+template <class T>
+__device__ inline void issue_pv(float (&o)[kD / 2], const uint32_t (&pa)[kKeys / 16][4], uint32_t v_addr) {
+#pragma unroll
+  for (int ks = 0; ks < kKeys / 16; ++ks) wgmma_rs_tb<T, kD>(o, pa[ks], desc_mn_major(v_addr + ks * 16 * 128, kHalf), 1);
+}
 
 // One consumer warpgroup (cw = 0, 1): rows 64 cw .. 64 cw + 63 of the CTA's tile.
 template <class T>
-__device__ void consume(const AttnParams& p, int cw, const KeyList& keys, int32_t n_tiles, int32_t qo0, int32_t q0,
-                        int32_t n_rows, int32_t h0, int32_t nh, int32_t min_pos, unsigned char* base) {
+__device__ void consume(const AttnParams& p, int cw, int32_t n_tiles, int32_t qo0, int32_t q0, int32_t n_rows,
+                        int32_t h0, int32_t nh, int32_t min_pos, unsigned char* base) {
   const int wt = threadIdx.x % 128, warp = wt / 32, lane = wt % 32, g = lane / 4, t = lane % 4;
   unsigned char* sq = base + Smem::q + cw * 2 * kQHalf;
   const int32_t* skpos = reinterpret_cast<const int32_t*>(base + Smem::kpos);
   const int32_t* smask = reinterpret_cast<const int32_t*>(base + Smem::mask);
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + Smem::bars);
-  uint64_t* empty = full + kStages;
+  const Rings bars(base);
 
   // Q rows (row = token * nh + head) into the swizzled halves, zeros past the tile's rows.
   {
@@ -164,98 +289,76 @@ __device__ void consume(const AttnParams& p, int cw, const KeyList& keys, int32_
   float o[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+  RowState rs;
   const uint32_t q_addr = smem_u32(sq);
+  auto k_addr = [&](int st) { return smem_u32(base + Smem::k + st * kTileBytes); };
+  auto v_addr = [&](int st) { return smem_u32(base + Smem::v + st * kTileBytes); };
+  auto release = [&](uint64_t* bar) {  // every consumer warp's MMAs on the stage are done
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
 
-  for (int32_t it = 0; it < n_tiles; ++it) {
-    const int st = it % kStages;
-    mbar_wait(&full[st], uint32_t(it / kStages) & 1u);
-    const uint32_t k_addr = smem_u32(base + Smem::k + st * kTileBytes);
-    const uint32_t v_addr = smem_u32(base + Smem::v + st * kTileBytes);
-
-    // S = Q·Kᵀ: 64 rows x 128 keys.
+  if (cw == 0) turn_give(0);  // consumer 0 takes the first turn
+  if (n_tiles > 0) {
     float s[kKeys / 2];
+    uint32_t pa[kKeys / 16][4];
+    float alpha[2];
+    // Tile 0: S, softmax, P (O is still 0: nothing to rescale).
+    mbar_wait(&bars.k_full[0], 0u);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off = (kk % 4) * 32;  // k16 step inside a 128-byte row
-      wgmma_ss<T, kKeys>(s, desc_k_major(q_addr + (kk / 4) * kQHalf + off), desc_k_major(k_addr + (kk / 4) * kHalf + off),
-                         kk > 0);
-    }
+    issue_qk<T>(s, q_addr, k_addr(0));
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
+    mask_tile(s, skpos, smask[0], qpos);
+    release(&bars.k_empty[0]);
+    online_softmax(s, rs, p.scale_log2, alpha);
+    pack_p<T>(s, pa);
 
-    // Mask (a key past the row's position, or invalid) and scale to log2 logits.
-    if (smask[st]) {
-      const int32_t* kp = skpos + st * kKeys;
+    for (int32_t j = 1; j < n_tiles; ++j) {
+      const int st = j % kStages, pst = (j - 1) % kStages;
+      mbar_wait(&bars.k_full[st], uint32_t(j / kStages) & 1u);
+      turn_wait(cw);
+      wgmma_fence();
+      issue_qk<T>(s, q_addr, k_addr(st));
+      wgmma_commit();
+      mbar_wait(&bars.v_full[pst], uint32_t((j - 1) / kStages) & 1u);
+      wgmma_fence();  // P and O were last written by ordinary instructions
+      issue_pv<T>(o, pa, v_addr(pst));
+      wgmma_commit();
+      turn_give(1 - cw);
+      wgmma_wait<1>();  // S_j is done; P_{j-1}·V_{j-1} may still run
+      fence_regs(s);
+      mask_tile(s, skpos + st * kKeys, smask[st], qpos);
+      release(&bars.k_empty[st]);
+      online_softmax(s, rs, p.scale_log2, alpha);
+      wgmma_wait<0>();
+      fence_regs(o);
+      release(&bars.v_empty[pst]);
 #pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j)
+      for (int i = 0; i < kD / 8; ++i)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int32_t pos = kp[8 * j + 2 * t + e];
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf)
-            if (pos > qpos[hf]) s[4 * j + 2 * hf + e] = kNegInf;
+        for (int hf = 0; hf < 2; ++hf) {
+          o[4 * i + 2 * hf] *= alpha[hf];
+          o[4 * i + 2 * hf + 1] *= alpha[hf];
         }
+      pack_p<T>(s, pa);
     }
-#pragma unroll
-    for (int i = 0; i < kKeys / 2; ++i) s[i] *= p.scale_log2;
-
-    // Online softmax per row (the quad of lanes 4g .. 4g + 3 shares a row).
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float mx = kNegInf;
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[hf], mx);
-      const float m_use = m_new == kNegInf ? 0.f : m_new;  // nothing visible yet: p = 0
-      const float alpha = exp2f(m[hf] - m_use);
-      m[hf] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[4 * j + 2 * hf + e];
-          x = exp2f(x - m_use);
-          sum += x;
-        }
-      l[hf] = l[hf] * alpha + sum;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        o[4 * j + 2 * hf] *= alpha;
-        o[4 * j + 2 * hf + 1] *= alpha;
-      }
-    }
-
-    // P as wgmma's A fragments (mma.sync's A layout per warp), 16 keys each; O += P·V.
-    uint32_t pa[kKeys / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks) {
-      pa[ks][0] = mma::pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
-      pa[ks][1] = mma::pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
-      pa[ks][2] = mma::pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
-      pa[ks][3] = mma::pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
-    }
+    // The last tile's P·V.
+    const int lst = (n_tiles - 1) % kStages;
+    mbar_wait(&bars.v_full[lst], uint32_t((n_tiles - 1) / kStages) & 1u);
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      wgmma_rs_tb<T, kD>(o, pa[ks], desc_mn_major(v_addr + ks * 16 * 128, kHalf), 1);
+    issue_pv<T>(o, pa, v_addr(lst));
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(o);
-    // The stage is free once every consumer warp's MMAs on it are done.
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[st]);
+    release(&bars.v_empty[lst]);
   }
 
   // Finalise: the quad's row sums, normalise, store (attention_prefill_mma.cu's epilogue).
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    float lt = l[hf];
+    float lt = rs.l[hf];
     lt += __shfl_xor_sync(0xffffffffu, lt, 1);
     lt += __shfl_xor_sync(0xffffffffu, lt, 2);
     const int row = cw * 64 + warp * 16 + hf * 8 + g;
@@ -267,7 +370,7 @@ __device__ void consume(const AttnParams& p, int cw, const KeyList& keys, int32_
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j)
       mma::store_pair<T>(p, out + 8 * j, o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
-    if (t == 0 && p.lse) p.lse[int64_t(tok) * p.hq + h] = lt > 0.f ? (m[hf] + log2f(lt)) * kLn2 : kNegInf;
+    if (t == 0 && p.lse) p.lse[int64_t(tok) * p.hq + h] = lt > 0.f ? (rs.m[hf] + log2f(lt)) * kLn2 : kNegInf;
   }
 }
 
@@ -293,12 +396,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t min_pos = first_pos + q0;
   const int32_t limit = min(first_pos + q1, kv_len);
 
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + Smem::bars);
-  uint64_t* empty = full + kStages;
   if (threadIdx.x == 0) {
+    const Rings bars(base);
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);         // the producer's arrival (+ the TMA bytes)
-      mbar_init(&empty[s], 2 * 4);    // every consumer warp
+      mbar_init(&bars.k_full[s], 1);  // the producer's arrival (+ the TMA bytes)
+      mbar_init(&bars.v_full[s], 1);
+      mbar_init(&bars.k_empty[s], 2 * 4);  // every consumer warp
+      mbar_init(&bars.v_empty[s], 2 * 4);
     }
     fence_mbar_init();
   }
@@ -321,21 +425,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
-    setmaxnreg_dec40();
+    setmaxnreg_dec56();
     if (threadIdx.x >= 32) return;
-    const KeyList keys = key_list();
-    const int32_t n_tiles = ceil_div_d(keys.n_keys, kKeys);
-    for (int32_t it = 0; it < n_tiles; ++it) {
-      const int st = it % kStages;
-      if (it >= kStages) mbar_wait(&empty[st], uint32_t(it / kStages - 1) & 1u);
-      produce_tile<T>(p, &kmap, &vmap, keys, kvh, kv_len, min_pos, it, base + Smem::k + st * kTileBytes,
-                      base + Smem::v + st * kTileBytes, reinterpret_cast<int32_t*>(base + Smem::kpos) + st * kKeys,
-                      reinterpret_cast<int32_t*>(base + Smem::mask) + st, &full[st]);
-    }
+    produce<T>(p, &kmap, &vmap, key_list(), kvh, kv_len, min_pos, base);
   } else {
-    setmaxnreg_inc232();
+    setmaxnreg_inc224();
     const KeyList keys = key_list();
-    consume<T>(p, wg - 1, keys, ceil_div_d(keys.n_keys, kKeys), qo0, q0, (q1 - q0) * nh, h0, nh, min_pos, base);
+    consume<T>(p, wg - 1, ceil_div_d(keys.n_keys, kKeys), qo0, q0, (q1 - q0) * nh, h0, nh, min_pos, base);
   }
 }
 
