@@ -7,15 +7,16 @@
 #      head_dim 128 and page sizes 8..128 dividing 128, and the mma.sync kernel with hopper = false;
 #      f64 reference, NaN-poisoned outputs. Then compute-sanitizer memcheck on two of them.
 #   3. sieve_bench: dense + 90% sparse prefill 64q/8kv/128 bf16 at 16K, 32K, 64K with PyTorch SDPA
-#      (--sdpa), and the mma.sync kernel (--no-hopper) at 16K in the same call.
+#      (--sdpa); at 16K the mma.sync kernel (--no-hopper) and the Hopper kernel with one query tile
+#      per CTA (--hopper-ctas=1000000000: what persistence saves) in the same call.
 #   4. If time is left: the prefill policy rows at 128K (DPXA, Delta-KV, streaming + Δ-correction),
 #      then Nsight Compute's stall reasons for one dense launch where ncu exists.
 # $SIEVE_BUILD: a build directory made with -DSIEVE_CUDA_HOPPER=ON (bench/device_all.sh's), used as
-# is; unset: this script builds its own. The whole script stops itself at 240 s.
+# is; unset: this script builds its own. The whole script stops itself at 150 s (HOPPER_LIMIT_S).
 #   bash gpu/h-hopper.sh        (from the repository root; $OUT receives every log and JSON)
 set -uo pipefail
 T0=$(date +%s)
-LIMIT=${HOPPER_LIMIT_S:-240}
+LIMIT=${HOPPER_LIMIT_S:-150}
 # Every step runs under `within CAP cmd...`: at most CAP seconds and never past $LIMIT from the start;
 # a step with under 10 s left is skipped, said so.
 within() {
@@ -69,6 +70,8 @@ within 100 $B/bin/sieve_bench --gpu-only --sdpa --filter="$R" --json="$OUT/bench
   > "$OUT/bench.log" 2>&1 || status=1
 within 30 $B/bin/sieve_bench --gpu-only --no-hopper --filter='gpu/prefill/64q8kv128/bs1/ctx16384/bf16/(dense|sparse0.90)$' \
   --json="$OUT/bench_mmasync.json" >> "$OUT/bench.log" 2>&1 || status=1
+within 30 $B/bin/sieve_bench --gpu-only --hopper-ctas=1000000000 \
+  --filter='gpu/prefill/64q8kv128/bs1/ctx16384/bf16/(dense|sparse0.90)$' >> "$OUT/bench.log" 2>&1 || status=1
 grep -E "^gpu/prefill.*(wgmma|mma) |prefill/64q8kv128|NOT MET|MET " "$OUT/bench.log" | grep -v iterations | head -30
 
 # 4. Prefill policy rows at 128K (one sample each; the dense baseline runs on the same kernel).

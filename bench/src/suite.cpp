@@ -96,6 +96,7 @@ int run_suite(const SuiteOptions& o) {
   if (gpu)
     for (Case& c : gpu_cases(o.quick)) {
       c.hopper = o.hopper;
+      c.hopper_ctas = o.hopper_ctas;
       cases.push_back(c);
     }
   if (o.cpu)

@@ -262,6 +262,14 @@ TEST_F(AttentionCuda, Refusals) {
     EXPECT_EQ(kernels::attend_cuda(call.args, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
     EXPECT_THAT(err, testing::HasSubstr("n_kv_heads"));
   }
+  {  // a negative count of Hopper CTAs
+    Workload w(make_spec(4, 2, 64, 16, {40}, SIEVE_PHASE_PREFILL));
+    DeviceCall call(w);
+    kernels::CudaAttentionOptions opt;
+    opt.hopper_ctas = -1;
+    EXPECT_EQ(kernels::attend_cuda(call.args, opt, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(err, testing::HasSubstr("options.hopper_ctas: -1"));
+  }
   {  // prefill statistics are not in v1
     Workload w(make_spec(4, 2, 64, 16, {40}, SIEVE_PHASE_PREFILL));
     w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
@@ -557,15 +565,21 @@ TEST_F(AttentionCudaTensorCores, PrefillBlockSelections) {
 // Long prompts: many key tiles per CTA, so a pipelined kernel reuses every shared-memory stage
 // many times (the Hopper kernel's mbarrier phases wrap), ragged last pages (2100 = 131 x 16 + 4),
 // a prompt appended to earlier context, and a selection over the long rows.
+// Many key tiles per query tile (the rings wrap) and, on Hopper, 1 and 3 persistent CTAs walking
+// every query tile of both sequences (the hand-over of rings, Q buffers and MMA turns between
+// tiles, dense and with block selections of uneven lengths), besides the default one per SM.
 TEST_F(AttentionCudaTensorCores, PrefillLongPromptsManyTiles) {
-  for (DLDataType t : {kBF16, kF16}) {
-    SCOPED_TRACE(dt(t));
-    Workload w(half_spec(8, 2, 128, 16, {2100, 1500}, t, 21, SIEVE_PHASE_PREFILL, {2100, 700}));
-    w.request_lse();
-    expect_on_kernel(w, prefill_tc_kernel(128, 16));
-    w.set_selection(SIEVE_SEL_PER_KV_HEAD, 128, 4, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 128, 4, 0.5, 5));
-    expect_on_kernel(w, prefill_tc_kernel(128, 16));
-  }
+  for (DLDataType t : {kBF16, kF16})
+    for (int ctas : {0, 1, 3}) {
+      SCOPED_TRACE(dt(t) + ", hopper_ctas " + std::to_string(ctas));
+      CudaAttentionOptions opt;
+      opt.hopper_ctas = ctas;
+      Workload w(half_spec(8, 2, 128, 16, {2100, 1500}, t, 21, SIEVE_PHASE_PREFILL, {2100, 700}));
+      w.request_lse();
+      expect_on_kernel(w, prefill_tc_kernel(128, 16), opt);
+      w.set_selection(SIEVE_SEL_PER_KV_HEAD, 128, 4, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 128, 4, 0.5, 5));
+      expect_on_kernel(w, prefill_tc_kernel(128, 16), opt);
+    }
 }
 
 // The Hopper kernel takes each row's maximum before scaling, which is right for positive scales

@@ -201,5 +201,28 @@ TEST(HopperTensorMap, RefusesPoolsItCannotRead) {
   EXPECT_NE(refusal(v, 16).find("stride of 132 elements"), std::string::npos);
 }
 
+TEST(HopperTensorMap, RefusesQueriesItCannotRead) {
+  alignas(16) static uint16_t q[8 * 4 * 128];
+  const sm90::QueryRowsView ok{q, Storage::bf16, 8, 4, 128};
+  CUtensorMap map{};
+  auto refusal = [&](sm90::QueryRowsView v, int32_t heads, int32_t tokens) {
+    return sm90::encode_query_tensor_map(v, heads, tokens, &map);
+  };
+  sm90::QueryRowsView v = ok;
+  v.dt = Storage::f32;
+  EXPECT_NE(refusal(v, 4, 2).find("q is f32"), std::string::npos);
+  v = ok;
+  v.head_dim = 96;
+  EXPECT_NE(refusal(v, 4, 2).find("head_dim a multiple of 64, got 96"), std::string::npos);
+  EXPECT_NE(refusal(ok, 0, 2).find("0 heads x 2 tokens"), std::string::npos);
+  EXPECT_NE(refusal(ok, 4, 257).find("4 heads x 257 tokens"), std::string::npos);
+  v = ok;
+  v.base = reinterpret_cast<const uint8_t*>(q) + 2;
+  EXPECT_NE(refusal(v, 4, 2).find("16-byte aligned"), std::string::npos);
+  v = ok;
+  v.n_tokens = 0;
+  EXPECT_NE(refusal(v, 4, 2).find("no rows"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sieve

@@ -309,6 +309,9 @@ sieve_status check_and_plan(const sieve_attention_args& a, const CudaAttentionOp
   if (o.kv_splits < 0)
     return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
                 "options.kv_splits: " + std::to_string(o.kv_splits) + ", expected >= 0");
+  if (o.hopper_ctas < 0)
+    return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
+                "options.hopper_ctas: " + std::to_string(o.hopper_ctas) + ", expected >= 0");
   if (o.split_min_keys < 0)
     return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
                 "options.split_min_keys: " + std::to_string(o.split_min_keys) + ", expected >= 0");
@@ -465,7 +468,7 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
     if (plan.hopper) {
       std::string why;
       const cudaError_t e = cuda::sm90::launch_prefill_attention_wgmma(p, kv_dt, plan.max_tiles, plan.tile_tokens,
-                                                                       stream, &why);
+                                                                       o.hopper_ctas, stream, &why);
       if (e != cudaSuccess)
         return fail(error, SIEVE_ERR_DEVICE,
                     why.empty() ? cuda_message("Hopper prefill attention kernel launch", e) : "Hopper prefill: " + why);

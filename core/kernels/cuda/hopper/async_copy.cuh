@@ -51,4 +51,14 @@ __device__ inline void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* 
       : "memory");
 }
 
+// The same for a 3-D tensor map (coordinates c0 innermost .. c2).
+__device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1,
+                                   int32_t c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
+      : "memory");
+}
+
 }  // namespace sieve::kernels::cuda::sm90

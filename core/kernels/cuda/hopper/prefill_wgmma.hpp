@@ -15,10 +15,11 @@ namespace sieve::kernels::cuda::sm90 {
 // (the mma.sync kernel's conditions), every query row computed (no q_rows).
 std::string prefill_wgmma_unsupported(int device, int32_t head_dim, int32_t page_size);
 
-// The same grid and tiles as launch_prefill_attention_mma (max_tiles CTAs per head unit and
-// sequence, tile_tokens * hg <= 128 rows each). When the K/V pool cannot be described to TMA,
-// returns cudaErrorInvalidValue with the reason in *why.
+// The same tiles as launch_prefill_attention_mma (max_tiles query tiles per head unit and
+// sequence, tile_tokens * hg <= 128 rows each), walked by `ctas` persistent CTAs (0: one per SM;
+// never more than the tiles). When q or the K/V pool cannot be described to TMA, returns
+// cudaErrorInvalidValue with the reason in *why.
 cudaError_t launch_prefill_attention_wgmma(const AttnParams& p, Storage kv_dt, int32_t max_tiles, int32_t tile_tokens,
-                                           cudaStream_t stream, std::string* why);
+                                           int ctas, cudaStream_t stream, std::string* why);
 
 }  // namespace sieve::kernels::cuda::sm90

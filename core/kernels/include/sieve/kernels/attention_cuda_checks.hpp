@@ -25,6 +25,9 @@ struct CudaAttentionOptions {
   // (SIEVE_CUDA_HOPPER), the device is compute capability 9.0 and the shape fits (head_dim 128,
   // page size 8..128 dividing 128); false, or anything else: the mma.sync kernel.
   bool hopper = true;
+  // The Hopper kernel's persistent CTAs, each walking query tiles in turn: 0 = one per SM; fewer
+  // stress the hand-over between tiles (tests), more than the tiles give one tile per CTA.
+  int hopper_ctas = 0;
   // Tensor-core row kernel with automatic splits: a row whose key list (dense keys, or selected
   // pages) is short uses one split per this many keys begun (at most kv_splits); a row that takes
   // one split skips the combine. 0 = the default (256).
