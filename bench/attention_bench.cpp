@@ -3,7 +3,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -16,6 +18,8 @@ const char kUsage[] =
     "usage: sieve_bench [options] [--benchmark_* ...]   (--name VALUE or --name=VALUE)\n"
     "  --gpu-only / --cpu-only   run only the GPU (attend_cuda) or CPU (attend_cpu) cases\n"
     "  --quick                   a few small cases (a smoke run)\n"
+    "  --no-hopper               prefill on the mma.sync kernel where the Hopper one would run\n"
+    "  --hopper-ctas=N           the Hopper prefill kernel's persistent CTAs (default: one per SM)\n"
     "  --filter=REGEX            only cases whose name matches\n"
     "  --sdpa                    time PyTorch SDPA on the dense GPU shapes (bench/sdpa_reference.py)\n"
     "  --sdpa-script=PATH        ... with this script; --python=EXE to run it (default python3)\n"
@@ -66,8 +70,18 @@ int main(int argc, char** argv) {
       o.gpu = false;
     } else if (!std::strcmp(a, "--quick")) {
       o.quick = true;
+    } else if (!std::strcmp(a, "--no-hopper")) {
+      o.hopper = false;
     } else if (!std::strcmp(a, "--sdpa")) {
       sdpa = true;
+    } else if (std::string n; value_of(argc, argv, &i, "--hopper-ctas", &n)) {
+      char* end = nullptr;
+      const long v = std::strtol(n.c_str(), &end, 10);
+      if (n.empty() || *end != '\0' || v < 0 || v > INT32_MAX) {
+        std::fprintf(stderr, "%s: --hopper-ctas: '%s' is not a count (0 .. 2147483647)\n", prog, n.c_str());
+        return 2;
+      }
+      o.hopper_ctas = int(v);
     } else if (value_of(argc, argv, &i, "--filter", &o.filter) ||
                value_of(argc, argv, &i, "--sdpa-script", &o.sdpa_script) ||
                value_of(argc, argv, &i, "--sdpa-json", &o.sdpa_json) ||

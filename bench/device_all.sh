@@ -40,7 +40,7 @@ LOG="$OUT/build.log"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1; date -u; } > "$LOG" 2>&1
 head -2 "$LOG" | tail -1
 t0=$(date +%s)
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIEVE_WITH_CUDA=ON -DSIEVE_BUILD_TESTS=$build_tests \
+cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIEVE_WITH_CUDA=ON -DSIEVE_CUDA_HOPPER=ON -DSIEVE_BUILD_TESTS=$build_tests \
   -DCMAKE_PREFIX_PATH="$PWD/.devdeps/usr" -DDLPACK_INCLUDE_DIR="$PWD/.devdeps/usr/include" >> "$LOG" 2>&1 \
   || { tail -30 "$LOG"; exit 1; }
 cmake --build $B -j 16 >> "$LOG" 2>&1 || { grep -E "error|FAILED" "$LOG" | head -40; exit 1; }

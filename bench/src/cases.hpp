@@ -26,6 +26,8 @@ struct Case {
   int32_t q_block = 1;            // selection query block (prefill)
   int32_t k_block_pages = 4;      // selection key block, in pages (64 keys at page 16)
   bool tensor_cores = true;       // false: the FMA kernels (baseline)
+  bool hopper = true;             // CudaAttentionOptions::hopper (sieve_bench --no-hopper)
+  int hopper_ctas = 0;            // CudaAttentionOptions::hopper_ctas (sieve_bench --hopper-ctas)
   bool cpu_portable = false;      // CPU: the portable loops instead of the SIMD decode kernel
   int32_t kv_splits = 0;          // CudaAttentionOptions::kv_splits (0: automatic)
   int32_t split_min_keys = 0;     // CudaAttentionOptions::split_min_keys (0: default)

@@ -217,6 +217,8 @@ void run_gpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
 
   kernels::CudaAttentionOptions opt;
   opt.tensor_cores = c.tensor_cores;
+  opt.hopper = c.hopper;
+  opt.hopper_ctas = c.hopper_ctas;
   opt.kv_splits = c.kv_splits;
   opt.split_min_keys = c.split_min_keys;
   kernels::CudaAttentionPlan plan;

@@ -95,7 +95,11 @@ int run_suite(const SuiteOptions& o) {
 #endif
   }
   if (gpu)
-    for (Case& c : gpu_cases(o.quick)) cases.push_back(c);
+    for (Case& c : gpu_cases(o.quick)) {
+      c.hopper = o.hopper;
+      c.hopper_ctas = o.hopper_ctas;
+      cases.push_back(c);
+    }
   if (o.cpu)
     for (Case& c : cpu_cases(o.quick)) cases.push_back(c);
   if (!o.filter.empty()) {

@@ -262,6 +262,14 @@ TEST_F(AttentionCuda, Refusals) {
     EXPECT_EQ(kernels::attend_cuda(call.args, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
     EXPECT_THAT(err, testing::HasSubstr("n_kv_heads"));
   }
+  {  // a negative count of Hopper CTAs
+    Workload w(make_spec(4, 2, 64, 16, {40}, SIEVE_PHASE_PREFILL));
+    DeviceCall call(w);
+    kernels::CudaAttentionOptions opt;
+    opt.hopper_ctas = -1;
+    EXPECT_EQ(kernels::attend_cuda(call.args, opt, stream_, &err), SIEVE_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(err, testing::HasSubstr("options.hopper_ctas: -1"));
+  }
   {  // prefill statistics are not in v1
     Workload w(make_spec(4, 2, 64, 16, {40}, SIEVE_PHASE_PREFILL));
     w.request_stats(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD);
@@ -308,6 +316,23 @@ class AttentionCudaTensorCores : public AttentionCuda {
   }
 };
 
+// The tiled tensor-core prefill kernel attend_cuda picks for head_dim d and page size ps: the
+// Hopper one (wgmma + TMA) where this build has it (SIEVE_CUDA_HOPPER), device 0 is compute
+// capability 9.0, the options allow it and the shape fits; else the mma.sync one. Stated here
+// independently of the library's own check, so a wrong choice there fails the tests.
+std::string prefill_tc_kernel(int32_t d, int32_t ps, const CudaAttentionOptions& opt = {}) {
+#if SIEVE_CUDA_HOPPER
+  int major = 0, minor = 0;
+  const bool sm90 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess &&
+                    major == 9 && minor == 0;
+  if (opt.hopper && sm90 && d == 128 && ps >= 8 && ps <= 128 && 128 % ps == 0) return "prefill-wgmma";
+#else
+  (void)d, (void)ps, (void)opt;
+#endif
+  return "prefill-mma";
+}
+
 // A half workload: q, K/V and out all of `dt`.
 WorkloadSpec half_spec(int32_t hq, int32_t hkv, int32_t d, int32_t ps, std::vector<int32_t> lens, DLDataType dt,
                        uint64_t seed, sieve_phase phase = SIEVE_PHASE_DECODE, std::vector<int32_t> n_new = {}) {
@@ -332,7 +357,11 @@ TEST_F(AttentionCudaTensorCores, PathSelection) {
     Workload dec(make_spec(8, 2, c.d, 16, {40}, SIEVE_PHASE_DECODE, {}, 1, c.kv, c.q));
     EXPECT_EQ(plan_for(dec, opt).kernel, std::string(c.row));
     Workload pf(make_spec(8, 2, c.d, 16, {40}, SIEVE_PHASE_PREFILL, {}, 1, c.kv, c.q));
-    EXPECT_EQ(plan_for(pf, opt).kernel, std::string(c.prefill));
+    const std::string prefill = c.prefill == std::string("prefill-mma") ? prefill_tc_kernel(c.d, 16) : c.prefill;
+    EXPECT_EQ(plan_for(pf, opt).kernel, prefill);
+    CudaAttentionOptions no_hopper = opt;
+    no_hopper.hopper = false;
+    EXPECT_EQ(plan_for(pf, no_hopper).kernel, std::string(c.prefill));
     pf.set_q_rows({0, 39});  // prefill rows listed in q_rows take the row kernel
     EXPECT_EQ(plan_for(pf, opt).kernel, std::string(c.row));
   }
@@ -504,19 +533,25 @@ TEST_F(AttentionCudaTensorCores, DecodeSplitCrossesSlotChunks) {
 const std::vector<int32_t> kLongPrefillLens = {0, 1, 77, 130, 300};
 const std::vector<int32_t> kLongPrefillNew = {0, 1, 30, 130, 300};
 
+// Groups 1-32; group 24 (16 heads per CTA: a second head unit of 8) leaves a CTA's last rows to
+// heads outside its unit, which must not be stored.
 TEST_F(AttentionCudaTensorCores, PrefillGqaHeadDimsPageSizes) {
   struct Geo {
     int32_t hq, hkv, d, ps;
   };
   for (Geo g : {Geo{8, 8, 64, 16}, Geo{8, 4, 128, 32}, Geo{8, 1, 64, 32}, Geo{8, 2, 128, 16}, Geo{16, 1, 128, 64},
-                Geo{32, 1, 64, 16}, Geo{6, 2, 128, 24}, Geo{8, 2, 64, 8}})
+                Geo{32, 1, 64, 16}, Geo{6, 2, 128, 24}, Geo{8, 2, 64, 8}, Geo{24, 1, 128, 16}})
     for (DLDataType t : {kBF16, kF16}) {
       SCOPED_TRACE("hq " + std::to_string(g.hq) + ", hkv " + std::to_string(g.hkv) + ", d " + std::to_string(g.d) +
                    ", page_size " + std::to_string(g.ps) + ", " + dt(t));
       Workload w(half_spec(g.hq, g.hkv, g.d, g.ps, kLongPrefillLens, t, uint64_t(g.hq * 100 + g.hkv * 10 + g.d + g.ps),
                            SIEVE_PHASE_PREFILL, kLongPrefillNew));
       w.request_lse();
-      expect_on_kernel(w, "prefill-mma");
+      expect_on_kernel(w, prefill_tc_kernel(g.d, g.ps));
+      // The mma.sync kernel stays the fallback: on Hopper builds it is checked here too.
+      CudaAttentionOptions mma_sync;
+      mma_sync.hopper = false;
+      if (prefill_tc_kernel(g.d, g.ps) != "prefill-mma") expect_on_kernel(w, "prefill-mma", mma_sync);
     }
 }
 
@@ -530,8 +565,43 @@ TEST_F(AttentionCudaTensorCores, PrefillBlockSelections) {
                              SIEVE_PHASE_PREFILL, kLongPrefillNew));
         w.set_selection(heads, q_block, kbp, rows_with_an_empty_one(w, heads, q_block, kbp, 0.5, q_block + kbp));
         w.request_lse();
-        expect_on_kernel(w, "prefill-mma");
+        expect_on_kernel(w, prefill_tc_kernel(128, 16));
       }
+}
+
+// Long prompts: many key tiles per CTA, so a pipelined kernel reuses every shared-memory stage
+// many times (the Hopper kernel's mbarrier phases wrap), ragged last pages (2100 = 131 x 16 + 4),
+// a prompt appended to earlier context, and a selection over the long rows.
+// Many key tiles per query tile (the rings wrap) and, on Hopper, 1 and 3 persistent CTAs walking
+// every query tile of both sequences (the hand-over of rings, Q buffers and MMA turns between
+// tiles, dense and with block selections of uneven lengths), besides the default one per SM; bf16
+// only for those (each case costs seconds of f64 reference).
+TEST_F(AttentionCudaTensorCores, PrefillLongPromptsManyTiles) {
+  for (DLDataType t : {kBF16, kF16})
+    for (int ctas : {0, 1, 3}) {
+      if (ctas != 0 && t.code != kBF16.code) continue;
+      SCOPED_TRACE(dt(t) + ", hopper_ctas " + std::to_string(ctas));
+      CudaAttentionOptions opt;
+      opt.hopper_ctas = ctas;
+      Workload w(half_spec(8, 2, 128, 16, {2100, 1500}, t, 21, SIEVE_PHASE_PREFILL, {2100, 700}));
+      w.request_lse();
+      expect_on_kernel(w, prefill_tc_kernel(128, 16), opt);
+      w.set_selection(SIEVE_SEL_PER_KV_HEAD, 128, 4, w.random_selection_rows(SIEVE_SEL_PER_KV_HEAD, 128, 4, 0.5, 5));
+      expect_on_kernel(w, prefill_tc_kernel(128, 16), opt);
+    }
+}
+
+// The Hopper kernel takes each row's maximum before scaling, which is right for positive scales
+// only: a negative one must run (correctly) on the mma.sync kernel, a positive one on Hopper's.
+TEST_F(AttentionCudaTensorCores, PrefillScaleSignPicksTheKernel) {
+  for (float scale : {0.37f, -0.37f}) {
+    SCOPED_TRACE("scale " + std::to_string(scale));
+    WorkloadSpec s = half_spec(8, 2, 128, 16, {300, 200}, kBF16, 23, SIEVE_PHASE_PREFILL, {300, 150});
+    s.scale = scale;
+    Workload w(s);
+    w.request_lse();
+    expect_on_kernel(w, scale > 0 ? prefill_tc_kernel(128, 16) : "prefill-mma");
+  }
 }
 
 TEST_F(AttentionCudaTensorCores, PrefillQRowsLikeDeltaCorrection) {
@@ -561,7 +631,7 @@ TEST_F(AttentionCudaTensorCores, BadEntriesAreSkippedAndReported) {
   {
     Workload w(half_spec(8, 2, 128, 16, {40, 200}, kBF16, 3, SIEVE_PHASE_PREFILL));
     w.kv_indices.data<int32_t>()[1] = 1 << 20;  // beyond the pool
-    ASSERT_EQ(plan_for(w).kernel, std::string("prefill-mma"));
+    ASSERT_EQ(plan_for(w).kernel, prefill_tc_kernel(128, 16));
     DeviceCall call(w);
     std::string err;
     ASSERT_EQ(call.run(stream_, {}, &err), SIEVE_OK) << err;

@@ -26,6 +26,9 @@
 
 #include "attention_cuda_common.cuh"
 #include "attention_variant.cuh"
+#if SIEVE_CUDA_HOPPER
+#include "hopper/prefill_wgmma.hpp"
+#endif
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/kernels/attention_cuda.hpp"
 #include "sieve/kernels/attention_cuda_checks.hpp"
@@ -131,6 +134,7 @@ struct Plan {
   AttentionShape s;
   bool row_path = false;  // row kernel (decode, q_rows) or tiled prefill
   bool mma = false;       // tensor-core kernels
+  bool hopper = false;    // tiled prefill on the wgmma + TMA kernel (SIEVE_CUDA_HOPPER builds)
   int32_t split_min_keys = 0;
   int32_t hg = 1;         // query heads per CTA
   int32_t chunks = 1;     // CTAs per KV head (group / hg, rounded up)
@@ -313,6 +317,9 @@ sieve_status check_and_plan(const sieve_attention_args& a, const CudaAttentionOp
   if (o.kv_splits < 0)
     return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
                 "options.kv_splits: " + std::to_string(o.kv_splits) + ", expected >= 0");
+  if (o.hopper_ctas < 0)
+    return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
+                "options.hopper_ctas: " + std::to_string(o.hopper_ctas) + ", expected >= 0");
   if (o.split_min_keys < 0)
     return fail(error, SIEVE_ERR_INVALID_ARGUMENT,
                 "options.split_min_keys: " + std::to_string(o.split_min_keys) + ", expected >= 0");
@@ -321,6 +328,11 @@ sieve_status check_and_plan(const sieve_attention_args& a, const CudaAttentionOp
     return fail(error, SIEVE_ERR_DEVICE, cuda_message(("cudaSetDevice(" + std::to_string(dev) + ")").c_str(), e));
   if (sieve_status st_ = device_state(dev, st, error); st_ != SIEVE_OK) return st_;
   *plan = make_plan(a, o, **st);
+#if SIEVE_CUDA_HOPPER
+  // The Hopper kernel takes the row maximum before scaling: positive scales only.
+  plan->hopper = o.hopper && !s.variant && !plan->row_path && plan->mma && s.scale > 0.f &&
+                 cuda::sm90::prefill_wgmma_unsupported(dev, s.d, s.page_size).empty();
+#endif
   return SIEVE_OK;
 }
 
@@ -464,6 +476,17 @@ sieve_status run(const sieve_attention_args& a, const CudaAttentionOptions& o, v
         return fail(error, SIEVE_ERR_DEVICE, cuda_message("page statistics kernel launch", e));
     }
   } else if (plan.max_tiles > 0) {
+#if SIEVE_CUDA_HOPPER
+    if (plan.hopper) {
+      std::string why;
+      const cudaError_t e = cuda::sm90::launch_prefill_attention_wgmma(p, kv_dt, plan.max_tiles, plan.tile_tokens,
+                                                                       o.hopper_ctas, stream, &why);
+      if (e != cudaSuccess)
+        return fail(error, SIEVE_ERR_DEVICE,
+                    why.empty() ? cuda_message("Hopper prefill attention kernel launch", e) : "Hopper prefill: " + why);
+      return SIEVE_OK;
+    }
+#endif
     const cudaError_t e =
         plan.mma ? cuda::launch_prefill_attention_mma(p, kv_dt, plan.max_tiles, plan.tile_tokens, stream)
                  : cuda::launch_prefill_attention(p, kv_dt, plan.max_tiles, plan.tile_tokens, stream);
@@ -498,6 +521,7 @@ sieve_status cuda_attention_plan(const sieve_attention_args& args, const CudaAtt
     if (sieve_status r = check_and_plan(args, options, guard, &st, &plan, error); r != SIEVE_OK) return r;
     out->kernel = plan.s.variant ? (plan.mma ? "variant-mma" : "variant-fma")
                   : plan.row_path    ? (plan.mma ? "row-mma" : "row-fma")
+                  : plan.hopper      ? "prefill-wgmma"
                                      : (plan.mma ? "prefill-mma" : "prefill-fma");
     out->kv_splits = plan.row_path ? plan.splits : 1;
     out->merge = !plan.row_path || plan.splits <= 1 ? "none" : plan.cluster_merge ? "cluster" : "combine";

@@ -136,9 +136,16 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
 #pragma unroll 1
       for (int half = 0; half < 2; ++half) {
         const int c0 = half * kHalfKeys;  // first key column of this half
-        // S = Q·Kᵀ, then mask (a key past a row's position or invalid) and scale to log2 logits,
+        // S = Q·Kᵀ, then scale to log2 logits and mask (a key past a row's position or invalid;
+        // after the scale, which may be negative: -inf times it would be +inf),
         // then the online softmax and O += P·V (attention_mma.cuh).
         softmax_step32<T, D, kMT>(sm.sq, tk, tv, c0, warp, lane, o, m, l, [&](float (&s)[kMT][kHB][4]) {
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int nb = 0; nb < kHB; ++nb)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[mt][nb][e] *= p.scale_log2;
           if (need_mask) {
 #pragma unroll
             for (int nb = 0; nb < kHB; ++nb)
@@ -152,12 +159,6 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const AttnPara
                     if (kpos > qpos[mt][hf]) s[mt][nb][2 * hf + e1] = kNegInf;
               }
           }
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int nb = 0; nb < kHB; ++nb)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) s[mt][nb][e] *= p.scale_log2;
         });
       }
     }

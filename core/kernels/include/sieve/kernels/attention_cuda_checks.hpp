@@ -21,6 +21,13 @@ struct CudaAttentionOptions {
   // or 128. false: the f32 FMA kernels for everything (a baseline; f32 storage, mixed q/KV dtypes
   // and head_dim 8 always take them).
   bool tensor_cores = true;
+  // Prefill over every query token on Hopper's wgmma + TMA kernel where this build has it
+  // (SIEVE_CUDA_HOPPER), the device is compute capability 9.0 and the shape fits (head_dim 128,
+  // page size 8..128 dividing 128); false, or anything else: the mma.sync kernel.
+  bool hopper = true;
+  // The Hopper kernel's persistent CTAs, each walking query tiles in turn: 0 = one per SM; fewer
+  // stress the hand-over between tiles (tests), more than the tiles give one tile per CTA.
+  int hopper_ctas = 0;
   // Tensor-core row kernel with automatic splits: a row whose key list (dense keys, or selected
   // pages) is short uses one split per this many keys begun (at most kv_splits); a row that takes
   // one split skips the combine. 0 = the default (256).
@@ -33,8 +40,8 @@ sieve_status attend_cuda(const sieve_attention_args& args, const CudaAttentionOp
 
 // How attend_cuda would run `args`: which kernel family and how it splits the work.
 struct CudaAttentionPlan {
-  const char* kernel = "";  // "row-fma", "row-mma", "prefill-fma", "prefill-mma", "variant-fma" or
-                            // "variant-mma"
+  const char* kernel = "";  // "row-fma", "row-mma", "prefill-fma", "prefill-mma", "prefill-wgmma",
+                            // "variant-fma" or "variant-mma"
   int kv_splits = 1;        // split-KV CTAs per (row, head unit); an upper bound for row-mma
   int heads_per_cta = 1;    // query heads that share each K/V load
   // How split-KV partial states are merged: "none" (one split), "cluster" (row-mma on sm_90 with
