@@ -11,8 +11,7 @@
 // key row; resolving page ids per key row with dependent global reads made the first version
 // latency-bound at ~65% of bandwidth). Each of the 4 warps takes 16 keys of every tile with its
 // own online softmax (S = Q·Kᵀ from ldmatrix'd K, P·V from ldmatrix.trans'd V, P kept in
-// registers) and loads those 16 keys itself, so the ring advances per warp (a warp barrier per
-// tile, a CTA barrier only per slot-table chunk); the warps merge through shared memory at the end.
+// registers), and the warps merge through shared memory at the end.
 // With one split the CTA writes out and lse. With several, on sm_90 and up to
 // row_mma_cluster_splits() of them, the splits of one (row, head unit) are one thread-block
 // cluster: each leaves its normalised partial state in its shared memory, and after a cluster
@@ -224,13 +223,9 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
     fill_slots<kThreads>(p, keys, ch, sphys, spos0);
     __syncthreads();
     const int nt = ch.t1 - ch.t0;
-    // Each warp streams its own 16 keys of every tile (the only rows it reads) through the ring:
-    // a warp waits for its own copies, not for the slowest of the CTA's 2048 per tile, and no CTA
-    // barrier per tile holds the other warps' next loads back.
     auto load = [&](int i, int st) {
-      load_kv_rows<T, D, 32, 16>(p, keys, ch, sphys, spos0, kvh, (ch.t0 + i) * kTileKeys + key0,
-                                 sk + st * L::tile + key0 * S, sv + st * L::tile + key0 * S,
-                                 skpos + st * kTileKeys + key0);
+      load_kv_tile<T, D, kThreads>(p, keys, ch, sphys, spos0, kvh, (ch.t0 + i) * kTileKeys, sk + st * L::tile,
+                                   sv + st * L::tile, skpos + st * kTileKeys);
     };
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
@@ -239,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 2) row_mma_kernel(const AttnParams p
     }
     for (int it = 0; it < nt; ++it) {
       cp_async_wait<kStages - 2>();  // this thread's copies of tile `it` landed
-      __syncwarp();                  // the warp's did, and its rows of tile it - 1's stage are free again
+      __syncthreads();               // everyone's did, and tile it - 1's stage is free again
       {
         const int nx = it + kStages - 1;
         if (nx < nt) load(nx, nx % kStages);

@@ -213,29 +213,27 @@ __device__ inline void fill_slots(const AttnParams& p, const KeyList& keys, cons
   }
 }
 
-// Copies K and V of virtual keys [k0, k0 + ROWS) into shared rows sk / sv
-// ([ROWS][smem_stride<D>()]), asynchronously, zeros for invalid keys, finding each key's page in
-// the chunk's slot table. kpos[c] receives the position of row c (INT32_MAX when invalid), written
-// with ordinary stores: a barrier among the callers makes it visible. NT consecutive threads call
-// it (the CTA, or one warp with NT = 32); each returns the largest kpos of the key rows it loaded.
-template <class T, int D, int NT, int ROWS, int UNROLL = ROWS>
-__device__ inline int32_t load_kv_rows(const AttnParams& p, const KeyList& keys, const SlotChunk& chunk,
+// Copies K and V of virtual keys [k0, k0 + kTileKeys) into shared tiles sk / sv
+// ([kTileKeys][smem_stride<D>()]), asynchronously, zeros for invalid keys, finding each key's page
+// in the chunk's slot table. kpos[c] receives the position of column c (INT32_MAX when invalid),
+// written with ordinary stores: a barrier makes it visible. Every thread of the CTA (NT threads)
+// calls it; each returns the largest kpos of the key rows it loaded.
+template <class T, int D, int NT, int UNROLL = kTileKeys>
+__device__ inline int32_t load_kv_tile(const AttnParams& p, const KeyList& keys, const SlotChunk& chunk,
                                        const int32_t* phys, const int32_t* pos0, int32_t kvh,
                                        int32_t k0, T* sk, T* sv, int32_t* kpos) {
-  // The caller's index among the NT, unsigned (so / and % by powers of two are shifts and masks).
-  const unsigned t = NT == kThreads ? threadIdx.x : threadIdx.x % NT;
   constexpr int CPR = D / 8;         // 16-byte chunks per key row
-  constexpr int RPP = NT / CPR;      // key rows per pass of the callers
-  static_assert(NT % CPR == 0 && ROWS % RPP == 0, "the rows must divide among the threads");
+  constexpr int RPP = NT / CPR;      // key rows per pass of the CTA
+  static_assert(NT % CPR == 0 && kTileKeys % RPP == 0, "tile rows must divide among the threads");
   constexpr int S = smem_stride<D>();
-  const int c = t % CPR;
+  const int c = threadIdx.x % CPR;
   const T* kbase = static_cast<const T*>(p.k);
   const T* vbase = static_cast<const T*>(p.v);
   const int32_t P = p.page_size;
   int32_t max_pos = -1;
 #pragma unroll UNROLL
-  for (int i = 0; i < ROWS / RPP; ++i) {
-    const int r = t / CPR + i * RPP;
+  for (int i = 0; i < kTileKeys / RPP; ++i) {
+    const int r = int(threadIdx.x) / CPR + i * RPP;
     const int32_t key = k0 + r;
     int32_t kp = INT32_MAX;
     int64_t src = 0;
@@ -256,15 +254,6 @@ __device__ inline int32_t load_kv_rows(const AttnParams& p, const KeyList& keys,
     max_pos = max(max_pos, kp);
   }
   return max_pos;
-}
-
-// A whole tile ([kTileKeys] rows) by every thread of the CTA (NT threads); the caller puts a CTA
-// barrier between this and any read of the tile.
-template <class T, int D, int NT, int UNROLL = kTileKeys>
-__device__ inline int32_t load_kv_tile(const AttnParams& p, const KeyList& keys, const SlotChunk& chunk,
-                                       const int32_t* phys, const int32_t* pos0, int32_t kvh,
-                                       int32_t k0, T* sk, T* sv, int32_t* kpos) {
-  return load_kv_rows<T, D, NT, kTileKeys, UNROLL>(p, keys, chunk, phys, pos0, kvh, k0, sk, sv, kpos);
 }
 
 // ---- the rows of a tensor-core prefill CTA (attention_prefill_mma.cu, attention_variant_mma.cu) --
