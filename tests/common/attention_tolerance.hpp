@@ -14,7 +14,7 @@
 
 namespace sieve::tolerance {
 
-// What softmax_sum needs from a call: its longest sequence, the largest scale ||q|| ||k|| (bounds
+// What softmax_sum needs from a call: its longest sequence, the largest |scale| ||q|| ||k|| (bounds
 // every logit's scale * sum |q_i k_i|, Cauchy-Schwarz), the largest value element and value-row
 // norm. Resident keys only (pages past a sequence's end may hold NaN).
 struct Magnitudes {
@@ -50,7 +50,7 @@ inline Magnitudes magnitudes(const sieve_attention_args& a) {
       }
   }
   const double scale = a.scale != 0.f ? double(a.scale) : 1.0 / std::sqrt(double(d));
-  m.logit = scale * q * k;
+  m.logit = std::abs(scale) * q * k;  // |logit| <= |scale| ||q|| ||k||: a negative scale bounds alike
   return m;
 }
 inline Magnitudes magnitudes(const reference::Workload& w) { return magnitudes(w.args); }
