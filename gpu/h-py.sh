@@ -91,7 +91,7 @@ if [ "$part" = speed ]; then  # the binding's cost too (in `tests` it runs above
 fi
 if [ "$part" != tests ] && [ $(( $(left) - 3 )) -gt 30 ]; then
   t=$(( $(left) - 3 ))
-  timeout $t python3 python/bench/transformers_step.py --ctx 8192,32768 --batch 1,8 --steps 5 --warmup 2 \
+  timeout $t python3 python/bench/transformers_step.py --ctx 8192,32768 --batch 1,8 --steps 8 --warmup 4 \
     --json "$OUT/transformers_step.json" >> "$OUT/speed.txt" 2>&1
   rc=$?; step "speed table (timeout $t s)" $rc; [ $rc = 0 ] || status=1
   tail -14 "$OUT/speed.txt" >> "$S"
