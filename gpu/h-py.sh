@@ -83,7 +83,11 @@ if [ "$part" != speed ]; then
 
 fi
 
-if [ "$part" = speed ]; then  # the binding's cost too (in `tests` it runs above)
+if [ "$part" = speed ]; then  # the import order and the binding's cost too (in `tests` pytest has them)
+  (cd "$B/python" && timeout 40 python3 -m pytest -q -rA -p no:cacheprovider -k either_order \
+      "$OLDPWD/python/tests/test_torch.py") > "$OUT/order.txt" 2>&1
+  rc=$?; step "pytest -k either_order" $rc; [ $rc = 0 ] || status=1
+  grep -E "passed|failed|PASSED|FAILED|free\(\)" "$OUT/order.txt" | tail -5 | tee -a "$S"
   timeout 20 python3 -X faulthandler python/bench/binding_cost.py --device cuda --calls 3000 \
     --json "$OUT/binding_cost.json" > "$OUT/binding.txt" 2>&1
   rc=$?; step "binding cost (limit 50 us)" $rc; [ $rc = 0 ] || status=1
