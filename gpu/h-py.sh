@@ -83,7 +83,11 @@ if [ "$part" != speed ]; then
 
 fi
 
-if [ "$part" = speed ]; then  # the binding's cost too (in `tests` it runs above)
+if [ "$part" = speed ]; then  # the import order and the binding's cost too (in `tests` pytest has them)
+  (cd "$B/python" && timeout 40 python3 -m pytest -q -rA -p no:cacheprovider -k either_order \
+      "$OLDPWD/python/tests/test_torch.py") > "$OUT/order.txt" 2>&1
+  rc=$?; step "pytest -k either_order" $rc; [ $rc = 0 ] || status=1
+  grep -E "passed|failed|PASSED|FAILED|free\(\)" "$OUT/order.txt" | tail -5 | tee -a "$S"
   timeout 20 python3 -X faulthandler python/bench/binding_cost.py --device cuda --calls 3000 \
     --json "$OUT/binding_cost.json" > "$OUT/binding.txt" 2>&1
   rc=$?; step "binding cost (limit 50 us)" $rc; [ $rc = 0 ] || status=1
@@ -91,7 +95,7 @@ if [ "$part" = speed ]; then  # the binding's cost too (in `tests` it runs above
 fi
 if [ "$part" != tests ] && [ $(( $(left) - 3 )) -gt 30 ]; then
   t=$(( $(left) - 3 ))
-  timeout $t python3 python/bench/transformers_step.py --ctx 8192,32768 --batch 1,8 --steps 5 --warmup 2 \
+  timeout $t python3 python/bench/transformers_step.py --ctx 8192,32768 --batch 1,8 --steps 8 --warmup 4 \
     --json "$OUT/transformers_step.json" >> "$OUT/speed.txt" 2>&1
   rc=$?; step "speed table (timeout $t s)" $rc; [ $rc = 0 ] || status=1
   tail -14 "$OUT/speed.txt" >> "$S"

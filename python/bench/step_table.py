@@ -15,9 +15,10 @@ def table(rows):
     base = {(r["ctx"], r["batch"]): r["step_ms"] for r in rows if r["method"] == "sdpa"}
     for r in rows:
         ref = base.get((r["ctx"], r["batch"]))
-        lines.append("| %d | %d | %s | %.3f | %s | %.3f | %.0f%% |" % (
+        timed = r["attention_ms"] is not None
+        lines.append("| %d | %d | %s | %.3f | %s | %s | %s |" % (
             r["ctx"], r["batch"], r["method"], r["step_ms"], "%.2f×" % (r["step_ms"] / ref) if ref else "-",
-            r["attention_ms"], 100 * r["attention_share"]))
+            "%.3f" % r["attention_ms"] if timed else "-", "%.0f%%" % (100 * r["attention_share"]) if timed else "-"))
     return "\n".join(lines) + "\n"
 
 

@@ -142,9 +142,8 @@ def library_path():
 
 def load(path=None):
     path = path or library_path()
-    # RTLD_LOCAL, not RTLD_DEEPBIND: a DEEPBIND runtime loaded before torch made `import torch`
-    # abort in free() on the GPU machine (the C++ library it loaded first then resolved its own
-    # references apart from torch's); test_torch.py::test_sieve_and_torch_import_in_either_order.
+    # RTLD_LOCAL, as a Python extension is loaded (RTLD_DEEPBIND was tried: it did not help, see
+    # _Library).
     mode = C.RTLD_LOCAL
     try:
         lib = C.CDLL(path, mode=mode)
@@ -162,4 +161,19 @@ def load(path=None):
     return lib
 
 
-lib = load()
+class _Library:
+    """The runtime library, loaded at its first use (the first Runtime, say), not at `import sieve`:
+    on the GPU machine the runtime's C++ dependencies loaded before torch's made a later
+    `import torch` abort in free(), with or without RTLD_DEEPBIND, while every process that loaded
+    torch first ran clean. So `import sieve` loads nothing, and what torch needs is in place first
+    whenever torch is imported before the first Runtime
+    (test_torch.py::test_sieve_and_torch_import_in_either_order)."""
+    _loaded = None
+
+    def __getattr__(self, name):
+        if _Library._loaded is None:
+            _Library._loaded = load()
+        return getattr(_Library._loaded, name)
+
+
+lib = _Library()

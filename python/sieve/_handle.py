@@ -2,14 +2,16 @@
 (close(), the end of a `with` block, or garbage collection)."""
 import sys
 
+from ._capi import lib
+
 
 class Handle:
-    _destroy = None  # the C destroy function, set by each subclass (staticmethod)
+    _destroy_name = None  # the C destroy function's name, set by each subclass
     _h = None
 
     def close(self):
         if self._h:
-            self._destroy(self._h)
+            getattr(lib, self._destroy_name)(self._h)
             self._h = None
 
     def __del__(self):

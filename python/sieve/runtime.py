@@ -103,7 +103,7 @@ class Runtime(Handle):
         """A chain from its compact form ("decode:2-=quest(token_budget=256)") or a chain file."""
         return Chain(self, spec=spec, file=file)
 
-    _destroy = staticmethod(lib.sieve_runtime_destroy)
+    _destroy_name = "sieve_runtime_destroy"
 
 
 class Chain(Handle):
@@ -130,4 +130,4 @@ class Chain(Handle):
     def __repr__(self):
         return "sieve.Chain(%r)" % self.text
 
-    _destroy = staticmethod(lib.sieve_chain_destroy)
+    _destroy_name = "sieve_chain_destroy"

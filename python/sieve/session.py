@@ -208,4 +208,4 @@ class Session(Handle):
     def kv_store(self):
         return lib.sieve_session_kv_store_name(self._h).decode()
 
-    _destroy = staticmethod(lib.sieve_session_destroy)
+    _destroy_name = "sieve_session_destroy"

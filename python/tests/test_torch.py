@@ -115,8 +115,8 @@ def test_cuda_errors_carry_the_runtime_message(runtime):
 @pytest.mark.parametrize("first", ["sieve", "torch"])
 def test_sieve_and_torch_import_in_either_order(first):
     """A fresh interpreter imports sieve and torch in either order, runs a layer and exits cleanly
-    (the runtime loaded with RTLD_DEEPBIND before torch made `import torch` abort: free(): invalid
-    pointer, on the GPU machine)."""
+    (on the GPU machine the runtime loaded at `import sieve`, before torch, made `import torch`
+    abort: free(): invalid pointer; the package now loads it at first use)."""
     import subprocess
     import sys
     second = "torch" if first == "sieve" else "sieve"
