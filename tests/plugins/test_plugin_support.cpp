@@ -1,20 +1,19 @@
-// The plugin-support library itself: generated tables, exception-safe trampolines, entry
-// negotiation, parameter access, generic checks. Policies here are compiled into the test.
+// The plugin-support library itself: generated tables, entry negotiation, generic checks in
+// validate and create. Policies here are compiled into the test (ProbePolicy in probe_policy.hpp,
+// shared with test_plugin_support_hooks.cpp: hooks at run time, parameter access, helpers).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sieve/plugin/policy_api.hpp>
 
-#include <new>
 #include <stdexcept>
 
 #include "mocks/mock_host_services.hpp"
-#include "support/host_selection.hpp"
+#include "probe_policy.hpp"
 #include "support/layer_call.hpp"
 
 namespace {
 
-namespace sp = sieve::plugin;
-using sieve::testing::HostSelection;
+using namespace plugin_support_test;  // ProbePolicy, its values and geometry; sp = sieve::plugin
 using sieve::testing::MockHostServices;
 using sieve::testing::ReasonLog;
 using ::testing::_;
@@ -23,74 +22,6 @@ using ::testing::HasSubstr;
 using ::testing::NiceMock;
 using ::testing::Return;
 using ::testing::StrictMock;
-
-enum class Throw { none, error, std_exception, bad_alloc, other };
-
-class ProbePolicy final : public sp::PolicyBase {
- public:
-  static constexpr int32_t kHeadDims[] = {8, 64};
-  static constexpr sieve_param_spec kParams[] = {
-      sp::int_param("budget", "8", 1, 64, "pages per row"),
-      sp::float_param("tau", "0.5", 0, 1, "threshold"),
-      sp::bool_param("pin", "1", "pin the first page"),
-      sp::enum_param("metric", "l2", "cosine|l2", "distance"),
-      sp::string_param("weights", "", "weights file"),
-      sp::int_list_param("layers", "0,1", 0, 31, "layers served"),
-  };
-  static constexpr sieve_policy_descriptor kDescriptor = {
-      .hdr = SIEVE_HEADER_INIT(sieve_policy_descriptor),
-      .name = "probe",
-      .vendor = "test",
-      .version_major = 0,
-      .version_minor = 1,
-      .version_patch = 0,
-      .summary = "exercises the support library",
-      .phases = SIEVE_PHASE_DECODE,
-      .devices = SIEVE_DEVICE_CPU,
-      .dtypes = SIEVE_DTYPE_F32 | SIEVE_DTYPE_BF16,
-      .head_dims = kHeadDims,
-      .n_head_dims = 2,
-      .page_sizes = nullptr,
-      .n_page_sizes = 0,
-      .selection_heads = SIEVE_SEL_PER_KV_HEAD,
-      .needs = 0,
-      .evicts_kv = 0,
-      .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
-      .conform_params = nullptr,
-      .selection_basis = SIEVE_SELECTION_BASIS_UNDECLARED,
-  };
-  static inline int validate_calls = 0;
-  static inline Throw select_throws = Throw::none;
-
-  static void validate(const sieve_geometry& g, const sp::Params& p, sp::Reasons& r) {
-    ++validate_calls;
-    if (p.integer("budget") * g.page_size > g.max_seq_len)
-      r.invalid("budget x page_size = ", p.integer("budget") * g.page_size, " exceeds max_seq_len");
-  }
-
-  explicit ProbePolicy(const sp::CreateContext& ctx)
-      : PolicyBase(ctx), scratch_(allocate(sieve::kCpu, 1024, 64)) {
-    if (ctx.params.text("weights") == "missing.bin")
-      sp::fail(SIEVE_ERR_NOT_FOUND, "weights file 'missing.bin' not found");
-    log_info("created with budget ", ctx.params.integer("budget"));
-  }
-
-  void select(const sieve_layer_call&, sieve_selection& selection, uint32_t& stats) override {
-    switch (select_throws) {
-      case Throw::error: sp::fail(SIEVE_ERR_CAPACITY, "row ", 3, " needs ", 9, " pages");
-      case Throw::std_exception: throw std::logic_error("broken invariant");
-      case Throw::bad_alloc: throw std::bad_alloc();
-      case Throw::other: throw 42;
-      case Throw::none: break;
-    }
-    selection.kind = SIEVE_SEL_BLOCKS;
-    stats = SIEVE_STATS_PAGE_MASS_PER_KV_HEAD;
-  }
-  void end_step(const sieve_step_end&) override {}
-
- private:
-  sp::HostBuffer scratch_;
-};
 
 // No parameters, no validate, one hook declared by an intermediate class.
 class AppendBase : public sp::PolicyBase {
@@ -179,27 +110,9 @@ class ToolPolicy final : public AppendBase {
 
 }  // namespace
 
-SIEVE_DEFINE_PLUGIN(ProbePolicy);
+SIEVE_DEFINE_PLUGIN(plugin_support_test::ProbePolicy);
 
 namespace {
-
-const sieve_policy_api& probe_api() { return sp::policy_api_v<ProbePolicy>; }
-
-// Values for ProbePolicy's schema, defaults filled in; tests tweak them.
-struct ProbeValues {
-  int64_t layers[2] = {0, 1};
-  sieve_param_value v[6] = {
-      {SIEVE_PARAM_INT, 8, 0, nullptr, nullptr, 0},
-      {SIEVE_PARAM_FLOAT, 0, 0.5, nullptr, nullptr, 0},
-      {SIEVE_PARAM_BOOL, 1, 0, nullptr, nullptr, 0},
-      {SIEVE_PARAM_ENUM, 1, 0, "l2", nullptr, 0},
-      {SIEVE_PARAM_STRING, 0, 0, "", nullptr, 0},
-      {SIEVE_PARAM_INT_LIST, 0, 0, nullptr, layers, 2},
-  };
-  uint32_t n = 6;
-};
-
-sieve_geometry probe_geometry() { return sieve::testing::test_geometry(16, 4, 512); }
 
 TEST(PluginSupport, HooksArePresentExactlyWhereOverridden) {
   const sieve_policy_api& probe = probe_api();
@@ -472,160 +385,6 @@ TEST(PluginSupport, CreateReportsAHostOutOfMemoryAndBadServices) {
   EXPECT_EQ(probe_api().create(host.table(), &g, pv.v, pv.n, nullptr, nullptr, nullptr, err.sink()),
             SIEVE_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(p, nullptr);
-}
-
-class ProbeHooks : public ::testing::Test {
- protected:
-  void SetUp() override {
-    sieve_geometry g = probe_geometry();
-    ProbeValues pv;
-    ReasonLog err;
-    ASSERT_EQ(probe_api().create(host_.table(), &g, pv.v, pv.n, nullptr, nullptr, &p_, err.sink()),
-              SIEVE_OK)
-        << err.all();
-    call_.hdr = SIEVE_HEADER_INIT(sieve_layer_call);
-  }
-  void TearDown() override {
-    ProbePolicy::select_throws = Throw::none;
-    probe_api().destroy(p_);
-    EXPECT_EQ(host_.live_allocations(), 0u);
-  }
-  sieve_status select() {
-    uint32_t stats = SIEVE_STATS_NONE;
-    return probe_api().select(p_, &call_, selection_.get(), &stats);
-  }
-  NiceMock<MockHostServices> host_;
-  sieve_policy* p_ = nullptr;
-  sieve_layer_call call_{};
-  HostSelection selection_{4, 16};
-};
-
-TEST_F(ProbeHooks, ASuccessfulHookReturnsOk) {
-  uint32_t stats = SIEVE_STATS_NONE;
-  ASSERT_EQ(probe_api().select(p_, &call_, selection_.get(), &stats), SIEVE_OK);
-  EXPECT_EQ(selection_.sel().kind, uint32_t(SIEVE_SEL_BLOCKS));
-  EXPECT_EQ(stats, uint32_t(SIEVE_STATS_PAGE_MASS_PER_KV_HEAD));
-}
-
-TEST_F(ProbeHooks, ExceptionsBecomeStatusesAndLastError) {
-  ProbePolicy::select_throws = Throw::error;
-  EXPECT_EQ(select(), SIEVE_ERR_CAPACITY);
-  EXPECT_STREQ(probe_api().last_error(p_), "select: row 3 needs 9 pages");
-
-  ProbePolicy::select_throws = Throw::std_exception;
-  EXPECT_EQ(select(), SIEVE_ERR_INTERNAL);
-  EXPECT_STREQ(probe_api().last_error(p_), "select: internal error: broken invariant");
-
-  ProbePolicy::select_throws = Throw::bad_alloc;
-  EXPECT_EQ(select(), SIEVE_ERR_OUT_OF_MEMORY);
-  EXPECT_STREQ(probe_api().last_error(p_), "select: out of host memory");
-
-  ProbePolicy::select_throws = Throw::other;
-  EXPECT_EQ(select(), SIEVE_ERR_INTERNAL);
-  EXPECT_STREQ(probe_api().last_error(p_), "select: internal error: unknown exception");
-
-  ProbePolicy::select_throws = Throw::none;
-  EXPECT_EQ(select(), SIEVE_OK);
-  EXPECT_STREQ(probe_api().last_error(p_), "select: internal error: unknown exception")
-      << "last_error keeps the last failure";
-}
-
-TEST_F(ProbeHooks, NullOrTooSmallArgumentsAreRefusedBeforeTheHookRuns) {
-  uint32_t stats = 0;
-  EXPECT_EQ(probe_api().select(p_, &call_, nullptr, &stats), SIEVE_ERR_INVALID_ARGUMENT);
-  EXPECT_STREQ(probe_api().last_error(p_), "select: selection is NULL");
-  EXPECT_EQ(probe_api().select(p_, &call_, selection_.get(), nullptr), SIEVE_ERR_INVALID_ARGUMENT);
-  EXPECT_STREQ(probe_api().last_error(p_), "select: stats is NULL");
-  EXPECT_EQ(probe_api().select(nullptr, &call_, selection_.get(), &stats), SIEVE_ERR_INVALID_ARGUMENT);
-  call_.hdr.struct_size = 8;
-  EXPECT_EQ(probe_api().select(p_, &call_, selection_.get(), &stats), SIEVE_ERR_VERSION);
-  EXPECT_THAT(probe_api().last_error(p_), HasSubstr("select: layer call is 8 bytes"));
-  EXPECT_EQ(selection_.sel().kind, uint32_t(SIEVE_SEL_ALL)) << "the hook body never ran";
-  EXPECT_EQ(probe_api().end_step(p_, nullptr), SIEVE_ERR_INVALID_ARGUMENT);
-  EXPECT_STREQ(probe_api().last_error(p_), "end_step: step end is NULL");
-  EXPECT_NE(probe_api().last_error(nullptr), nullptr);
-}
-
-TEST(PluginSupport, ParamsGiveTypedValuesByName) {
-  ProbeValues pv;
-  pv.v[4].s = "w.bin";
-  const sp::Params p(ProbePolicy::kParams, 6, pv.v, pv.n);
-  EXPECT_EQ(p.integer("budget"), 8);
-  EXPECT_DOUBLE_EQ(p.real("tau"), 0.5);
-  EXPECT_TRUE(p.boolean("pin"));
-  EXPECT_EQ(p.choice("metric"), 1u);
-  EXPECT_EQ(p.text("metric"), "l2");
-  EXPECT_EQ(p.text("weights"), "w.bin");
-  ASSERT_EQ(p.int_list("layers").size(), 2u);
-  EXPECT_EQ(p.int_list("layers")[1], 1);
-
-  auto status_of = [](auto&& f) {
-    try {
-      f();
-    } catch (const sp::Error& e) {
-      return e.status();
-    }
-    return SIEVE_OK;
-  };
-  EXPECT_EQ(status_of([&] { (void)p.real("budget"); }), SIEVE_ERR_INTERNAL);  // plugin bug
-  EXPECT_EQ(status_of([&] { (void)p.integer("nope"); }), SIEVE_ERR_INTERNAL);
-  pv.v[0].i = 0;
-  EXPECT_EQ(status_of([&] { sp::Params(ProbePolicy::kParams, 6, pv.v, pv.n); }),
-            SIEVE_ERR_INVALID_ARGUMENT);
-}
-
-TEST(PluginSupport, SelectionHelpersCountRowsAndCheckStorage) {
-  std::vector<int32_t> qo = {0, 5, 5, 21};  // 5, 0 and 16 queries
-  sieve_layer_call call{};
-  call.batch = 3;
-  call.qo_indptr_host = qo.data();
-  EXPECT_EQ(sp::selection_rows(call, 4, 1), 2 + 0 + 4);
-  EXPECT_EQ(sp::selection_rows(call, 4, 8), (2 + 0 + 4) * 8);
-  EXPECT_EQ(sp::selection_rows(call, 1, 1), 21);
-  qo[2] = 3;  // decreasing
-  EXPECT_THROW(sp::selection_rows(call, 4, 1), sp::Error);
-
-  HostSelection s(6, 10);
-  auto status_of = [&](int64_t rows, int64_t nnz, DLDevice dev) {
-    try {
-      sp::check_selection_storage(s.sel(), rows, nnz, dev);
-    } catch (const sp::Error& e) {
-      return e.status();
-    }
-    return SIEVE_OK;
-  };
-  EXPECT_EQ(status_of(6, 10, sieve::kCpu), SIEVE_OK);
-  EXPECT_EQ(status_of(6, 11, sieve::kCpu), SIEVE_ERR_CAPACITY);
-  EXPECT_EQ(status_of(7, 1, sieve::kCpu), SIEVE_ERR_INVALID_ARGUMENT);  // indptr too short
-  EXPECT_EQ(status_of(1, 1, DLDevice{kDLCUDA, 0}), SIEVE_ERR_INVALID_ARGUMENT);
-  s.get()->indices.dtype = sieve::kF32;
-  EXPECT_EQ(status_of(1, 1, sieve::kCpu), SIEVE_ERR_INVALID_ARGUMENT);
-}
-
-TEST(PluginSupport, ReasonsStatusPrefersInvalid) {
-  sp::Reasons r;
-  EXPECT_EQ(r.status(), SIEVE_OK);
-  r.unsupported("a");
-  EXPECT_EQ(r.status(), SIEVE_ERR_UNSUPPORTED);
-  r.invalid("b");
-  r.unsupported("c");
-  EXPECT_EQ(r.status(), SIEVE_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(r.joined(), "a; b; c");
-  EXPECT_EQ(sp::status_name(SIEVE_ERR_CAPACITY), "SIEVE_ERR_CAPACITY");
-  EXPECT_EQ(sp::status_name(42), "status 42");
-}
-
-TEST(PluginSupport, LoggingWithoutAHostCallbackIsDropped) {
-  NiceMock<MockHostServices> host;
-  host.mutable_table()->log = nullptr;
-  sieve_geometry g = probe_geometry();
-  ProbeValues pv;
-  sieve_policy* p = nullptr;
-  ReasonLog err;
-  EXPECT_CALL(host, log).Times(0);
-  ASSERT_EQ(probe_api().create(host.table(), &g, pv.v, pv.n, nullptr, nullptr, &p, err.sink()),
-            SIEVE_OK);
-  probe_api().destroy(p);
 }
 
 }  // namespace
