@@ -171,9 +171,13 @@ class _Library:
     _loaded = None
 
     def __getattr__(self, name):
+        # Only for names not yet looked up: each is kept on the instance, so a binding call on the
+        # hot path is a plain attribute read, not a Python call per C function.
         if _Library._loaded is None:
             _Library._loaded = load()
-        return getattr(_Library._loaded, name)
+        value = getattr(_Library._loaded, name)
+        setattr(self, name, value)
+        return value
 
 
 lib = _Library()
