@@ -353,7 +353,7 @@ def main():
                          "(default: WORK/calib)")
     ap.add_argument("--calibrate-only", action="store_true", help="make the calibrations and stop")
     ap.add_argument("--check-chains", action="store_true",
-                    help="only check every cell's chain against the plugins' schemas (placeholder calibration)")
+                    help="only check every cell's chain string against the plugins' schemas (a syntax check, run by ctest: calibrated values are stand-ins, no cell runs)")
     ap.add_argument("--stop", type=float, default=0,
                     help="seconds after which a calibration still running (the seer gate) is ended "
                          "(0: when the last cell is done)")
