@@ -3,6 +3,11 @@
 sieve_session_attend call on the same prebuilt inputs, interleaved on one session so both see the
 same contexts (one decode token of a 1-layer geometry per call: the kernel is small, the host side
 dominates). binding = median(attend) - median(bare), in microseconds of host time per call.
+"attend" is the default path (on CUDA: tensors exported for the session's stream, one stream
+synchronisation per call), "attend_ready" passes ready=True (no synchronisation).
+python_side = attend() with the C call replaced by a no-op (the binding's own work alone: where
+the bare call's time is large and noisy, e.g. the CPU kernel over a growing context, this is the
+steadier figure).
 
     binding_cost.py [--device cuda] [--calls 2000] [--json out.json] [--limit-us 50]
 
@@ -58,9 +63,17 @@ def main():
             assert st == 0, _capi.lib.sieve_session_last_error(h)
             s.end_step("decode", seq)
     s.synchronize()
+    s._attend = lambda *args: 0  # the binding's own work: everything but the C call
+    python_side = {"attend": [], "attend_ready": []}
+    for i in range(a.calls // 2):
+        for name in python_side:
+            t0 = clock()
+            s.attend(0, "decode", q1, k1, v1, o1, seq, ready=(name == "attend_ready"))
+            python_side[name].append((clock() - t0) / 1000.0)
     med = {name: statistics.median(t) for name, t in timings.items()}
     result = {"device": a.device, "calls_each": len(timings["bare"]), "median_us": med,
               "binding_us": med["attend"] - med["bare"], "binding_ready_us": med["attend_ready"] - med["bare"],
+              "python_side_us": {name: statistics.median(t) for name, t in python_side.items()},
               "torch": torch.__version__, "python": sys.version.split()[0]}
     if stream is not None:
         result["gpu"] = torch.cuda.get_device_name()

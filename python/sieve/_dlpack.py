@@ -5,6 +5,12 @@ whose first member is the DLTensor the C host API takes; the capsule is kept ali
 and, never consumed, frees the managed tensor when it is collected (the array itself is not
 touched). A device array is exported for the consumer's `stream` (the DLPack rule: the producer
 makes its data ready on that stream; -1: the caller promises it already is).
+
+One synchronisation per call, not per tensor (export_all): torch and cupy meet the rule for a
+whole stream at once (the consumer stream waits on an event recorded on the producer's current
+stream, after all the work queued there), so after the first of a call's tensors from such a
+producer was exported for the stream, its others are exported with -1. Other producers (jax
+tracks readiness per array) are asked for every tensor.
 """
 import ctypes as C
 
@@ -12,27 +18,59 @@ _get_pointer = C.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype = C.c_void_p
 _get_pointer.argtypes = [C.py_object, C.c_char_p]
 _DLTENSOR = b"dltensor"
+_STREAM_WIDE_PRODUCERS = ("torch", "cupy")  # top-level modules whose sync covers the current stream
+_stream_wide = {}  # type -> bool, filled on first sight
 
 
-def export(obj, stream=None):
-    """(capsule, DLTensor address) of `obj`. `stream` is passed to `__dlpack__` for device arrays."""
+def _export(obj, stream):
+    """(capsule, DLTensor address, whether `stream` was honoured)."""
     try:
         method = obj.__dlpack__
     except AttributeError:
         raise TypeError("sieve: %s is not a DLPack tensor (numpy >= 1.22 array, torch tensor, ...)"
                         % type(obj).__name__) from None
     if stream is None:
-        capsule = method()
+        capsule, honoured = method(), False
     else:
         try:
-            capsule = method(stream=stream)
+            capsule, honoured = method(stream=stream), True
         except Exception:
             # A host array takes no stream (numpy raises RuntimeError or BufferError, torch an
             # AssertionError): export it plainly and let the runtime name the device mismatch.
             if device_of(obj)[0] == 2:  # kDLCUDA: a real failure
                 raise
-            capsule = method()
-    return capsule, _get_pointer(capsule, _DLTENSOR)
+            capsule, honoured = method(), False
+    return capsule, _get_pointer(capsule, _DLTENSOR), honoured
+
+
+def export(obj, stream=None):
+    """(capsule, DLTensor address) of `obj`. `stream` is passed to `__dlpack__` for device arrays."""
+    capsule, address, _ = _export(obj, stream)
+    return capsule, address
+
+
+def export_all(objs, stream, keep):
+    """DLTensor addresses of `objs` (None stays None), made ready on `stream` (None: host arrays;
+    -1: no synchronisation) with one synchronisation per stream-wide producer (see above). The
+    capsules are appended to `keep`, which must outlive the C call."""
+    synced = ()
+    addresses = []
+    for obj in objs:
+        if obj is None:
+            addresses.append(None)
+            continue
+        kind = type(obj)
+        s = -1 if stream is not None and stream != -1 and kind in synced else stream
+        capsule, address, honoured = _export(obj, s)
+        if honoured and s != -1:
+            wide = _stream_wide.get(kind)
+            if wide is None:
+                wide = _stream_wide[kind] = kind.__module__.partition(".")[0] in _STREAM_WIDE_PRODUCERS
+            if wide:
+                synced += (kind,)
+        keep.append(capsule)
+        addresses.append(address)
+    return addresses
 
 
 def device_of(obj):
