@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The markdown table of a transformers_step.py JSON (docs/results/transformers.md): per context
 and batch, each method's decode step (median over all passes, and each pass's median: METHODS
-order, then reversed), as a multiple of sdpa's step, its attention's GPU time, host time (per
+order, then reversed), as a multiple of the fastest sdpa row's step, its attention's GPU time, host time (per
 step, and per layer call) and share of the step, under a line naming the device, versions, date
 and step counts.
 
@@ -16,10 +16,14 @@ def _ms(x):
 
 
 def table(rows):
-    lines = ["| context | batch | attention | step ms | × sdpa step | step ms by pass | attention GPU ms "
+    lines = ["| context | batch | attention | step ms | × fastest sdpa step | step ms by pass | attention GPU ms "
              "| attention host ms (µs/call) | attention share |",
              "|---|---|---|---|---|---|---|---|---|"]
-    base = {(r["ctx"], r["batch"]): r["step_ms"] for r in rows if r["method"] == "sdpa"}
+    base = {}  # per configuration the fastest of the sdpa rows: the comparison least kind to Sieve
+    for r in rows:
+        if r["method"].startswith("sdpa"):
+            key = (r["ctx"], r["batch"])
+            base[key] = min(base.get(key, r["step_ms"]), r["step_ms"])
     for r in rows:
         ref = base.get((r["ctx"], r["batch"]))
         host = r.get("attention_host_ms")

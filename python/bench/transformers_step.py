@@ -19,8 +19,10 @@ the step is host-bound, so host time adds to the step directly).
 Order: each configuration runs its methods in METHODS order, then (pass 2) in reverse order,
 each on a freshly filled cache, so a method that pays for coming first (or after another) shows
 it as a difference between its passes (the JSON keeps each pass's median; the table gives the
-median over all passes and the two passes side by side). "sdpa (untimed)" is transformers' own
-"sdpa" implementation with no timer: against the timed copy it shows what the timer costs.
+median over all passes and the two passes side by side). Each run starts a few tokens past the
+previous one (context = ctx + up to ~1.5%), so no run decodes over key lengths an earlier one
+did, except where METHODS says so. "sdpa (untimed)" is transformers' own "sdpa" implementation
+with no timer: against the timed copy it shows what the timer costs.
 """
 import argparse
 import json
@@ -36,7 +38,13 @@ from sieve.transformers import _attention
 from step_table import table
 
 PREFILL_FILL = "prefill:*=streaming(sink=4,window=64)"
-METHODS = {"sdpa (untimed)": None, "sdpa": None, "sieve dense": PREFILL_FILL + "; decode:*=dense",
+# name: the Sieve chain, or None for transformers' sdpa (DynamicCache). Every run decodes over
+# context lengths no earlier run of the process decoded over (each starts a few tokens further),
+# as one generate() does, except "sdpa (lengths seen)", which first runs the same lengths once,
+# unmeasured: the pair shows what sdpa pays per new key length (a per-shape plan, e.g. cuDNN's,
+# built on first sight); "sdpa (no cuDNN)" excludes cuDNN's SDPA backend to say whether that is it.
+METHODS = {"sdpa (untimed)": None, "sdpa": None, "sdpa (lengths seen)": None, "sdpa (no cuDNN)": None,
+           "sieve dense": PREFILL_FILL + "; decode:*=dense",
            "sieve quest(token_budget=2048)": PREFILL_FILL + "; decode:*=quest(token_budget=2048)"}
 
 
@@ -79,7 +87,7 @@ class Timer:
         return out
 
 
-def fill(model, method, ctx, batch):
+def fill(model, method, ctx, batch, max_length):
     cfg = model.config
     hkv, hq, d, layers = cfg.num_key_value_heads, cfg.num_attention_heads, 64, cfg.num_hidden_layers
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -89,7 +97,7 @@ def fill(model, method, ctx, batch):
         for layer in range(layers):
             cache.update(rand(hkv, ctx), rand(hkv, ctx), layer)
         return cache
-    cache = model.sieve.cache(ctx + 64)
+    cache = model.sieve.cache(max_length)
     # A chunked prefill: the prefill's scratch grows with rows x keys (one call of 8 x 32K rows
     # over 32K keys asked for 64 GiB on the GPU machine); 2^27 rows x keys per call stays near 1 GiB.
     chunk = max(2, min(ctx, 2 ** 27 // (ctx * batch)))
@@ -102,8 +110,19 @@ def fill(model, method, ctx, batch):
 
 @torch.no_grad()
 def measure(model, method, ctx, batch, steps, warmup, timer):
-    """Step, attention (GPU) and attention host times of `steps` decode steps after `warmup`."""
-    cache = fill(model, method, ctx, batch)
+    """Step, attention (GPU) and attention host times of `steps` decode steps after `warmup`,
+    decoding from context `ctx` on."""
+    if method == "sdpa (lengths seen)":
+        run(model, method, ctx, batch, steps, warmup, timer)
+    if method == "sdpa (no cuDNN)":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+            return run(model, method, ctx, batch, steps, warmup, timer)
+    return run(model, method, ctx, batch, steps, warmup, timer)
+
+
+def run(model, method, ctx, batch, steps, warmup, timer):
+    cache = fill(model, method, ctx, batch, ctx + warmup + steps + 16)
     torch.cuda.synchronize()
     token = torch.ones(batch, 1, dtype=torch.long, device="cuda")
     step_ms, attn_ms, host_ms, calls = [], [], [], 0
@@ -171,15 +190,20 @@ def main():
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "model": "random-weight LlamaForCausalLM, Llama 3.2 1B geometry (16 layers, 32q/8kv heads, d64), bf16",
-            "steps": a.steps, "warmup": a.warmup, "passes": a.passes}
+            "steps": a.steps, "warmup": a.warmup, "passes": a.passes,
+            "sdpa_backends": {name: getattr(torch.backends.cuda, name + "_sdp_enabled")()
+                              for name in ("flash", "mem_efficient", "cudnn", "math")}}
     rows = []
     for ctx in [int(x) for x in a.ctx.split(",")]:
         for batch in [int(x) for x in a.batch.split(",")]:
             runs = {m: [] for m in order}
+            n = 0
             for p in range(a.passes):
                 for method in (order if p % 2 == 0 else order[::-1]):
                     select(model, method, METHODS[method], timer)
-                    runs[method].append(measure(model, method, ctx, batch, a.steps, a.warmup, timer))
+                    n += 1  # a few tokens further each run: lengths no earlier run decoded over
+                    start = ctx + n * (a.warmup + a.steps + 1)
+                    runs[method].append(measure(model, method, start, batch, a.steps, a.warmup, timer))
                     print("ctx %6d batch %d pass %d %-32s step %.3f ms" % (
                         ctx, batch, p + 1, method, statistics.median(runs[method][-1][0])), flush=True)
             for method in order:
