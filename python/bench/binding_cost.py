@@ -7,7 +7,8 @@ dominates). binding = median(attend) - median(bare), in microseconds of host tim
 synchronisation per call), "attend_ready" passes ready=True (no synchronisation).
 python_side = attend() with the C call replaced by a no-op (the binding's own work alone: where
 the bare call's time is large and noisy, e.g. the CPU kernel over a growing context, this is the
-steadier figure).
+steadier figure); on CUDA also for a session on its own stream (the synchronisation is then an
+event torch records and the session's stream waits for, once per call).
 
     binding_cost.py [--device cuda] [--calls 2000] [--json out.json] [--limit-us 50]
 
@@ -34,7 +35,8 @@ def main():
     import torch
     hq, hkv, d = 32, 8, 64  # a 1B Llama layer
     stream = torch.cuda.current_stream() if a.device.startswith("cuda") else None
-    s = sieve.Session(sieve.Runtime(), n_layers=1, n_q_heads=hq, n_kv_heads=hkv, head_dim=d,
+    s_runtime = sieve.Runtime()
+    s = sieve.Session(s_runtime, n_layers=1, n_q_heads=hq, n_kv_heads=hkv, head_dim=d,
                       max_seq_len=2 * a.calls + 64, kv_dtype=torch.bfloat16, device=a.device, cuda_stream=stream,
                       check_outputs=False)
     seq = s.add_sequence()
@@ -63,12 +65,19 @@ def main():
             assert st == 0, _capi.lib.sieve_session_last_error(h)
             s.end_step("decode", seq)
     s.synchronize()
-    s._attend = lambda *args: 0  # the binding's own work: everything but the C call
-    python_side = {"attend": [], "attend_ready": []}
+    stub = lambda *args: 0  # noqa: E731  the binding's own work: everything but the C call
+    s._attend = stub
+    sessions = {"attend": (s, False), "attend_ready": (s, True)}
+    if stream is not None:  # a session on its own stream: torch records an event and the session's stream waits
+        own = sieve.Session(s_runtime, n_layers=1, n_q_heads=hq, n_kv_heads=hkv, head_dim=d, max_seq_len=64,
+                            kv_dtype=torch.bfloat16, device=a.device, check_outputs=False)
+        own._attend = stub
+        sessions["attend_own_stream"] = (own, False)
+    python_side = {name: [] for name in sessions}
     for i in range(a.calls // 2):
-        for name in python_side:
+        for name, (session, ready) in sessions.items():
             t0 = clock()
-            s.attend(0, "decode", q1, k1, v1, o1, seq, ready=(name == "attend_ready"))
+            session.attend(0, "decode", q1, k1, v1, o1, seq, ready=ready)
             python_side[name].append((clock() - t0) / 1000.0)
     med = {name: statistics.median(t) for name, t in timings.items()}
     result = {"device": a.device, "calls_each": len(timings["bare"]), "median_us": med,
