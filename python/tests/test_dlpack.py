@@ -4,6 +4,7 @@ the others), and that the address handed to C is the array's own DLTensor."""
 import ctypes as C
 
 import numpy as np
+import pytest
 
 from sieve import _capi, _dlpack
 
@@ -88,3 +89,21 @@ def test_the_capsules_keep_the_tensors_alive():
     t = _capi.DLTensor.from_address(address)
     assert (t.ndim, t.shape[0], t.shape[1]) == (2, 4, 4)
     assert C.cast(t.data, C.POINTER(C.c_float))[15] == 3.0  # the array lives as long as `keep`
+
+
+def test_torch_tensors_are_exported_by_to_dlpack_and_a_tensor_that_requires_grad_is_refused():
+    """The torch path (no stream to wait for): the DLTensor is the tensor's own memory, the
+    capsule keeps it alive, and a tensor that requires grad is refused as Tensor.__dlpack__ does
+    (the C side writes `out` behind autograd's back)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
+    keep = []
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)[1:]
+    address = _dlpack.export_all([t], None, keep)[0]
+    d = _capi.DLTensor.from_address(address)
+    assert d.data + d.byte_offset == t.data_ptr() and (d.shape[0], d.shape[1]) == (2, 4)
+    del t
+    assert C.cast(d.data + d.byte_offset, C.POINTER(C.c_float))[0] == 4.0  # alive through `keep`
+    with pytest.raises(RuntimeError, match="require gradient"):
+        _dlpack.export_all([torch.ones(2, requires_grad=True)], None, [])
+    with pytest.raises(RuntimeError, match="require gradient"):
+        _dlpack.export_all([torch.ones(2, requires_grad=True)], -1, [])
