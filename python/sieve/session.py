@@ -5,9 +5,9 @@ with `.cuda_stream`, e.g. torch.cuda.current_stream(); torch's default stream is
 cudaStreamLegacy), else on a stream of its own. attend() exports its tensors for the session's
 stream (`__dlpack__(stream=...)`: the producer makes the session's stream wait for the work it
 queued; once per call for torch and cupy, whose wait covers their whole current stream, see
-_dlpack.export_all), so tensors produced on any torch stream are read finished; where they were
-produced on the session's stream itself that wait is a no-op, and ready=True skips it. The
-session's kernels go on its stream: the caller reads an output on that stream, or after
+_dlpack.export_all), so tensors produced on any torch stream are read finished; where torch's
+current stream is the session's there is nothing to wait for, and ready=True skips the question.
+The session's kernels go on its stream: the caller reads an output on that stream, or after
 synchronize().
 """
 import ctypes as C
