@@ -346,7 +346,7 @@ TEST_P(RaasCuda, StampsAndEvictsTheSamePagesAsTheCpu) {
   EXPECT_GT(dense_pages * 2, uint64_t(kBatch) * kBudgetPages * 3) << "the run is too short to show the budget";
 }
 
-// Runs without a GPU: the CUDA build declares CUDA, with every mode.
+// Runs without a GPU: the CUDA build declares CUDA, with every mode, and refuses a bad option there.
 TEST(RaasCudaDescriptor, AcceptsACudaGeometryWithEveryMode) {
   const sieve_geometry g = geometry(sieve::kBF16, DLDevice{kDLCUDA, 0});
   auto resolve = [&](const std::string& text, std::vector<std::string>* errors) {
@@ -359,6 +359,12 @@ TEST(RaasCudaDescriptor, AcceptsACudaGeometryWithEveryMode) {
   errors.clear();
   EXPECT_TRUE(resolve("*=raas(token_budget=128, prefill_policy=quest, prefill_budget=64)", &errors))
       << (errors.empty() ? "" : errors[0]);
+  // A bad option is refused on CUDA as on the CPU: one line naming it.
+  errors.clear();
+  EXPECT_FALSE(resolve("*=raas(token_budget=128, prefill_policy=quest, prefill_budget=8)", &errors));
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("prefill_budget = 8 is below one page (page_size = 16)"), std::string::npos) << errors[0];
+  EXPECT_EQ(errors[0].find('\n'), std::string::npos) << errors[0];
 }
 
 INSTANTIATE_TEST_SUITE_P(
