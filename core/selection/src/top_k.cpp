@@ -36,7 +36,8 @@ int32_t top_k_row(TopKRow row, const float* scores, int64_t stride, int32_t* out
 int64_t top_k_capacity_needed(const TopKBatch& b) {
   int64_t total = 0;
   for (int32_t s = 0; s < b.n_segments; ++s) {
-    const ClippedRow c = clip({b.seg_indptr[s + 1] - b.seg_indptr[s], b.head, b.tail, b.k});
+    const ClippedRow c = clip({b.seg_indptr[s + 1] - b.seg_indptr[s], b.head,
+                               segment_tail(b.seg_tail, s, b.tail), b.k});
     const int64_t per_row = c.keeps_all() ? c.n : int64_t(c.head) + c.tail + c.k;
     total += per_row * b.rows_per_segment;
   }
@@ -50,8 +51,9 @@ int64_t top_k_batch_cpu(const TopKBatch& b, int32_t* indptr, int32_t* indices, i
   indptr[0] = 0;
   for (int32_t s = 0; s < b.n_segments; ++s) {
     const int32_t n = b.seg_indptr[s + 1] - b.seg_indptr[s];
+    const int32_t tail = segment_tail(b.seg_tail, s, b.tail);
     for (int32_t h = 0; h < H; ++h) {
-      w += top_k_row({n, b.head, b.tail, b.k},
+      w += top_k_row({n, b.head, tail, b.k},
                      b.scores + int64_t(b.seg_indptr[s]) * b.layout.item_stride +
                          h * b.layout.head_stride,
                      b.layout.item_stride, indices + w, scratch);
