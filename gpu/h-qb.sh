@@ -12,7 +12,7 @@
 #   bash gpu/h-qb.sh
 # $SIEVE_BUILD: the build directory, used as is; unset: bench/device_all.sh --fresh --no-tests
 # builds it (not counted in the time limit). Everything goes to $OUT: summary.txt, policy.json,
-# ncu.csv and h-qb.tgz (tests.log, memcheck.log, policy.log, ncu.log).
+# ncu.csv, ncu_launches.csv and h-qb.tgz (tests.log, memcheck.log, policy.log, ncu.log).
 set -uo pipefail
 OUT=${OUT:?}
 export LD_LIBRARY_PATH="$PWD/.devdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -55,7 +55,7 @@ fi
 
 s=$(budget 20)
 if [ "$s" -gt 5 ] && command -v ncu > /dev/null; then
-  timeout "$s" ncu --clock-control none -k regex:page_bounds_fast --launch-count 8 --csv \
+  timeout "$s" ncu --clock-control none -k regex:page_bounds_fast --launch-count 10 --csv \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,launch__grid_size,smsp__inst_executed.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
     "$B/bin/sieve_bench" "${POLICY[@]}" --ctx 32768 --batch 1,16 --steps 2 --warmup 1 \
     --chain 'quest(token_budget=2048,gqa_share=true)' > "$W/ncu.log" 2>&1
@@ -70,6 +70,33 @@ for r in rows:
 PY
 else
   stamp "skipped (time or no ncu): ncu"
+fi
+
+# Every launch of the select column at batch 16 x 32K (the breakdown table of docs/bench/policy.md),
+# gqa_share and per query head.
+s=$(budget 18)
+if [ "$s" -gt 8 ] && command -v ncu > /dev/null; then
+  for chain in 'quest(token_budget=2048,gqa_share=true)' 'quest(token_budget=2048)'; do
+    echo "==== $chain" >> "$OUT/ncu_launches.csv"
+    timeout 8 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      -k regex:'page_bounds|top_k|minmax_append|scatter_tokens|publish_view' \
+      "$B/bin/sieve_bench" "${POLICY[@]}" --ctx 32768 --batch 16 --steps 3 --warmup 1 --chain "$chain" \
+      2>&1 | grep -E '^(====|")' >> "$OUT/ncu_launches.csv"
+  done
+  stamp "ncu launches done"
+  python3 - "$OUT/ncu_launches.csv" >> "$S" 2>&1 <<'PY' || true
+import collections, csv, statistics, sys
+for part in open(sys.argv[1]).read().split("==== ")[1:]:
+    head, _, body = part.partition("\n")
+    times = collections.defaultdict(list)
+    for r in csv.DictReader(body.splitlines()):
+        if r.get("Metric Name") == "gpu__time_duration.sum":
+            name = r["Kernel Name"].split("<")[0].split("(")[0].split("::")[-1]
+            times[(name, r["Grid Size"])].append(float(r["Metric Value"].replace(",", "")) / 1000)
+    print(head)
+    for (k, g), v in times.items():
+        print(f"  {k:24s} {g:14s} n={len(v)} median {statistics.median(v):7.1f} us")
+PY
 fi
 
 s=$(budget 25)

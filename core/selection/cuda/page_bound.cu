@@ -107,53 +107,60 @@ __device__ __forceinline__ float half_warp_sum(float acc, unsigned mask) {
 }
 
 // The canonical butterfly of N heads' partials at once, as a reduce-scatter: at each level with
-// more than one head left, a lane keeps half of its heads (the upper half where its lane bit
-// `Off` is set) and adds the partner's partials of those heads, sending the other half — so N
-// heads take N - 1 + log2(16 / N) shuffles instead of 4 N. Each addition is the canonical one
-// (partial i + partial i + Off: float addition commutes, so either lane's order gives its bits).
-// Afterwards lane p holds the total of head p / (16 / N).
+// more than one head left, a lane keeps half of its heads and adds its partner's partials of
+// them, sending the other half — so N heads take N - 1 + log2(16 / N) shuffles instead of 4 N.
+// Each addition is the canonical one (partial i + partial i + Off: float addition commutes, so
+// either lane's order gives its bits). Lane p holds head j ^ hx in slot j, hx = p / (16 / N): the
+// head it keeps is then always in the lower slots and the one it sends in the upper ones (its
+// partner's slots are permuted by the opposite bit), so no lane selects; afterwards lane p holds
+// the total of head hx.
 template <int N, int Off = kBoundPartials / 2>
-__device__ __forceinline__ float reduce_scatter(float (&v)[N], int32_t p, unsigned mask) {
+__device__ __forceinline__ float reduce_scatter(const float (&v)[N], unsigned mask) {
   static_assert(N >= 1 && N <= kBoundPartials && (N & (N - 1)) == 0, "a power of two up to 16 heads");
-  if constexpr (N > 1) {
-    const bool upper = (p & Off) != 0;
-    float rest[N / 2];
+  constexpr int M = N > 1 ? N / 2 : 1;
+  float rest[M];
 #pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-      const float send = upper ? v[i] : v[i + N / 2];
-      const float keep = upper ? v[i + N / 2] : v[i];
-      rest[i] = add_rn(keep, __shfl_xor_sync(mask, send, Off));
-    }
-    if constexpr (Off > 1) return reduce_scatter<N / 2, Off / 2>(rest, p, mask);
-    else return rest[0];
-  } else {
-    const float s = add_rn(v[0], __shfl_xor_sync(mask, v[0], Off));
-    if constexpr (Off > 1) {
-      float rest[1] = {s};
-      return reduce_scatter<1, Off / 2>(rest, p, mask);
-    } else {
-      return s;
-    }
-  }
+  for (int i = 0; i < M; ++i) rest[i] = add_rn(v[i], __shfl_xor_sync(mask, v[i + N - M], Off));
+  if constexpr (Off > 1) return reduce_scatter<M, Off / 2>(rest, mask);
+  else return rest[0];
 }
 
-// reduce_scatter of head(0) ... head(N - 1), each head's partial made only when its first level
-// needs it (heads g and g + N / 2 together), so that half of them are live at a time.
+// reduce_scatter of the slots head(0) ... head(N - 1), each made only when the first level needs
+// it (slots i and i + N / 2 together), so that half of them are live at a time.
 template <int N, class Head>
-__device__ __forceinline__ float reduce_scatter_heads(Head head, int32_t p, unsigned mask) {
-  if constexpr (N == 1) {
-    float v[1] = {head(0)};
-    return reduce_scatter<1>(v, p, mask);
-  } else {
-    constexpr int Off = kBoundPartials / 2;
-    const bool upper = (p & Off) != 0;
-    float rest[N / 2];
+__device__ __forceinline__ float reduce_scatter_heads(Head head, unsigned mask) {
+  constexpr int Off = kBoundPartials / 2, M = N > 1 ? N / 2 : 1;
+  float rest[M];
 #pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-      const float lo = head(i), hi = head(i + N / 2);
-      rest[i] = add_rn(upper ? hi : lo, __shfl_xor_sync(mask, upper ? lo : hi, Off));
+  for (int i = 0; i < M; ++i) {
+    const float keep = head(i);
+    rest[i] = add_rn(keep, __shfl_xor_sync(mask, N > 1 ? head(i + M) : keep, Off));
+  }
+  if constexpr (Off > 1) return reduce_scatter<M, Off / 2>(rest, mask);
+  else return rest[0];
+}
+
+// A lane's 8 channels of q at element i (i a multiple of 8): two 16-byte loads for f32, one for
+// f16 / bf16, where q is 16-byte aligned (its rows are: head_dim is a multiple of 8 here).
+__device__ __forceinline__ void load_q_chunk(const void* q, Storage s, int64_t i, float (&out)[kBoundChunk]) {
+  if ((reinterpret_cast<uintptr_t>(q) & 15u) != 0) {
+#pragma unroll
+    for (int c = 0; c < kBoundChunk; ++c) out[c] = load_storage(q, s, i + c);
+  } else if (s == Storage::f32) {
+    const float4 lo = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(q) + i));
+    const float4 hi = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(q) + i) + 1);
+    const float v[kBoundChunk] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int c = 0; c < kBoundChunk; ++c) out[c] = v[c];
+  } else {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(q) + i));
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    const bool bf = s == Storage::bf16;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      out[2 * k] = bf ? __uint_as_float(w[k] << 16) : __half2float(__ushort_as_half(uint16_t(w[k] & 0xffffu)));
+      out[2 * k + 1] = bf ? __uint_as_float(w[k] & 0xffff0000u) : __half2float(__ushort_as_half(uint16_t(w[k] >> 16)));
     }
-    return reduce_scatter<N / 2, Off / 2>(rest, p, mask);
   }
 }
 
@@ -266,8 +273,8 @@ __device__ __forceinline__ void cp_async_wait() {
 // so a record's copy waits on a shuffle, not on a global read. Each lane copies its own 16-byte
 // pieces of the next kRing - 1 steps into its own slots of a shared-memory ring (cp.async) and
 // reads back only those, so no lane waits for another; the partials of a step's pages then
-// reduce-scatter over the group's heads, and the owner lanes write (group max: lane 0 takes the
-// heads in order, as the CPU).
+// reduce-scatter over the group's heads (slot j of lane p is head j ^ p / (16 / N)), and the
+// owner lanes write (group max: lane 0 takes the heads in order, as the CPU).
 template <class T, int G, bool kGroupMax>
 __global__ void __launch_bounds__(kBoundThreads, (BoundWalk<T, G>::kBlocksPerSm)) page_bounds_fast(PageBoundLaunch a, BoundTiling t) {
   using Walk = BoundWalk<T, G>;
@@ -297,8 +304,8 @@ __global__ void __launch_bounds__(kBoundThreads, (BoundWalk<T, G>::kBlocksPerSm)
   // Lanes past head_dim hold an empty partial: q = 0 and a zero record (never copied) sum to +0.
   const bool has = p * kBoundChunk < d;
   const T* side = static_cast<const T*>(a.sidecar) + int64_t(kh) * 2 * d + p * kBoundChunk;
-  const int32_t page_elems = Hkv * 2 * d;
-  auto issue = [&](int32_t s) {  // step s's pieces into stage s % R, then one commit group
+  const uint32_t page_elems = uint32_t(Hkv * 2 * d);
+  auto issue = [&](int32_t s, int32_t stage) {  // step s's pieces into `stage`, then one commit group
     if (s > 0 && (s * S) % kBoundPartials == 0) {  // its pages start the next id group
       ids_now = ids_next;
       ids_next = id_of(s * S + kBoundPartials + p);
@@ -308,19 +315,19 @@ __global__ void __launch_bounds__(kBoundThreads, (BoundWalk<T, G>::kBlocksPerSm)
       const int32_t k = s * S + i;
       const int32_t phys = __shfl_sync(mask, ids_now, k & (kBoundPartials - 1), 16);
       if (has && k < count) {
-        const T* rec = side + int64_t(phys) * page_elems;
+        const T* rec = side + uint64_t(uint32_t(phys)) * page_elems;  // ids are >= 0
 #pragma unroll
         for (int m = 0; m < 2; ++m)
 #pragma unroll
           for (int v = 0; v < V; ++v)
-            cp_async16(&ring[warp][s % R][i][m][v][lane], rec + m * d + v * (16 / int(sizeof(T))));
+            cp_async16(&ring[warp][stage][i][m][v][lane], rec + m * d + v * (16 / int(sizeof(T))));
       }
     }
     cp_async_commit();
   };
   // Start the copies first: the q prologue below overlaps their latency.
 #pragma unroll
-  for (int s = 0; s < R - 1; ++s) issue(s);
+  for (int s = 0; s < R - 1; ++s) issue(s, s);
   if (!has) {
 #pragma unroll
     for (int s = 0; s < R; ++s)
@@ -331,52 +338,63 @@ __global__ void __launch_bounds__(kBoundThreads, (BoundWalk<T, G>::kBlocksPerSm)
 #pragma unroll
           for (int v = 0; v < V; ++v) ring[warp][s][i][m][v][lane] = make_uint4(0u, 0u, 0u, 0u);
   }
-  float qr[G][kBoundChunk];
-  uint32_t sel[G][kBoundChunk / 2];
+  // Slot j holds head j ^ hx of the group (heads past G, the 8th of G = 7, hold q = 0: they sum
+  // zeros, or NaN against an infinite record, and only ever meet themselves).
+  const int32_t hx = p / kLanesPerHead;
+  float qr[N][kBoundChunk];
+  uint32_t sel[N][kBoundChunk / 2];
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+  for (int j = 0; j < N; ++j) {
+    const int32_t g = j ^ hx;
+    if (has && g < G) {
+      load_q_chunk(a.q, a.q_dtype, (q_row * a.n_q_heads + kh * G + g) * d + p * kBoundChunk, qr[j]);
+    } else {
 #pragma unroll
-    for (int i = 0; i < kBoundChunk; ++i)
-      qr[g][i] = has ? load_storage(a.q, a.q_dtype, (q_row * a.n_q_heads + kh * G + g) * d + p * kBoundChunk + i) : 0.f;
+      for (int i = 0; i < kBoundChunk; ++i) qr[j][i] = 0.f;
+    }
 #pragma unroll
-    for (int w = 0; w < kBoundChunk / 2; ++w) sel[g][w] = sign_selector(qr[g][2 * w], qr[g][2 * w + 1]);
+    for (int w = 0; w < kBoundChunk / 2; ++w) {
+      sel[j][w] = sign_selector(qr[j][2 * w], qr[j][2 * w + 1]);
+      // Opaque to the compiler: left visible, it recomputes the selectors from q inside the page
+      // loop (5 instructions each, 16 a page for G = 4) rather than keep them in registers.
+      asm volatile("" : "+r"(sel[j][w]));
+    }
   }
+  // This lane's score: its group's (lane 0) or its head's (the first lane of each head).
+  const bool writes = kGroupMax ? p == 0 : (p % kLanesPerHead == 0 && hx < G);
+  const int32_t out_head = kGroupMax ? kh : kh * G + hx;
 
+  int32_t read_stage = 0;
   for (int32_t s = 0; s < steps; ++s) {
-    issue(s + R - 1);  // into the stage step s - 1 was read from (its values are used by now)
+    // Into the stage step s - 1 was read from (its values are used by now).
+    issue(s + R - 1, read_stage == 0 ? R - 1 : read_stage - 1);
     cp_async_wait<R - 1>();
-    const int32_t st = s % R;
     float tot[S];
 #pragma unroll
     for (int i = 0; i < S; ++i) {
       Record<T> r;
       if constexpr (V == 1) {
-        r.mn.raw = ring[warp][st][i][0][0][lane];
-        r.mx.raw = ring[warp][st][i][1][0][lane];
+        r.mn.raw = ring[warp][read_stage][i][0][0][lane];
+        r.mx.raw = ring[warp][read_stage][i][1][0][lane];
       } else {
-        const uint4 m0 = ring[warp][st][i][0][0][lane], m1 = ring[warp][st][i][0][1][lane];
-        const uint4 x0 = ring[warp][st][i][1][0][lane], x1 = ring[warp][st][i][1][1][lane];
+        const uint4 m0 = ring[warp][read_stage][i][0][0][lane], m1 = ring[warp][read_stage][i][0][1][lane];
+        const uint4 x0 = ring[warp][read_stage][i][1][0][lane], x1 = ring[warp][read_stage][i][1][1][lane];
         r.mn.load_words(m0, m1);
         r.mx.load_words(x0, x1);
       }
-      // Heads past G (G = 7 in 8) sum nothing.
-      tot[i] = reduce_scatter_heads<N>(
-          [&](int g) { return g < G ? chunk_sum<T>(qr[g < G ? g : 0], sel[g < G ? g : 0], r.mn, r.mx) : 0.f; }, p, mask);
+      tot[i] = reduce_scatter_heads<N>([&](int j) { return chunk_sum<T>(qr[j], sel[j], r.mn, r.mx); }, mask);
     }
+    read_stage = read_stage == R - 1 ? 0 : read_stage + 1;
 #pragma unroll
     for (int i = 0; i < S; ++i) {
-      const int32_t k = s * S + i;
-      const int64_t item = int64_t(begin) + first + int64_t(k) * stride;
+      float v = tot[i];
       if constexpr (kGroupMax) {
-        float best = tot[i];  // lane 0 holds head 0
 #pragma unroll
-        for (int g = 1; g < G; ++g)
-          best = group_max_step(best, __shfl_sync(mask, tot[i], g * kLanesPerHead, 16), false);
-        if (p == 0 && k < count) write_bound(a, item, kh, best);
-      } else {
-        const int32_t g = p / kLanesPerHead;
-        if (p % kLanesPerHead == 0 && g < G && k < count) write_bound(a, item, kh * G + g, tot[i]);
+        for (int g = 1; g < G; ++g)  // lane 0 holds head 0
+          v = group_max_step(v, __shfl_sync(mask, tot[i], g * kLanesPerHead, 16), false);
       }
+      const int32_t k = s * S + i;
+      if (writes && k < count) write_bound(a, int64_t(begin) + first + int64_t(k) * stride, out_head, v);
     }
   }
   cp_async_wait<0>();  // no copy outlives the block
