@@ -31,7 +31,7 @@
 #include <vector>
 
 #if SIEVE_WITH_CUDA
-#include <sieve/selection/page_bound_cuda.hpp>
+#include <sieve/selection/page_bounds_call.hpp>
 #include <sieve/selection/top_k_cuda.hpp>
 #endif
 
@@ -177,33 +177,11 @@ class QuestPolicy final : public sp::PolicyBase {
     const sieve_geometry& g = geometry();
     const int64_t nnz_pages = view.indptr_host[call.batch];
     const sel::ScoreLayout layout{1, nnz_pages};  // [H, nnz pages]: top-k rows read contiguously
-    const DLTensor side = sidecar_.tensor(call);
-    sel::PageBoundLaunch b{};
-    b.q = sieve::data_ptr<const void>(*call.q);
-    b.q_dtype = sieve::require_storage(call.q->dtype, "q");
-    if (call.q->ndim != 3 || call.q->shape[1] != g.n_q_heads ||
-        call.q->shape[2] != g.head_dim || !sieve::is_contiguous(*call.q) ||
-        call.q->device.device_type != kDLCUDA)
-      sp::fail(SIEVE_ERR_INVALID_ARGUMENT, "q must be a compact CUDA [n, ", g.n_q_heads, ", ",
-               g.head_dim, "] f32/f16/bf16 tensor");
-    b.qo_indptr = sieve::data_ptr<const int32_t>(*call.qo_indptr);
-    b.n_q_heads = g.n_q_heads;
-    b.sidecar = sieve::data_ptr<const void>(side);
-    b.kv_dtype = sieve::require_storage(side.dtype, "the page-bound sidecar");
-    b.n_kv_heads = g.n_kv_heads;
-    b.head_dim = g.head_dim;
-    b.kv_indptr = sieve::data_ptr<const int32_t>(view.indptr);
-    b.kv_indices = sieve::data_ptr<const int32_t>(view.indices);
-    b.batch = call.batch;
-    b.max_pages = max_pages;
-    b.group_max = gqa_share_;
-    b.scores = scores_dev_.get<float>();
-    b.layout = layout;
-    b.stream = cuda_stream();
-    if (const char* e = sel::launch_page_bounds(b))
-      sp::fail(SIEVE_ERR_DEVICE, "quest bound kernel launch failed: ", e);
+    float* scores = scores_dev_.get<float>();
+    sel::launch_page_bounds_for_call(call, sidecar_.tensor(call), g, max_pages, gqa_share_, scores,
+                                     layout, cuda_stream());
     sel::TopKCudaLaunch t{};
-    const sel::TopKBatch batch = batch_of(call, b.scores, layout, nullptr);
+    const sel::TopKBatch batch = batch_of(call, scores, layout, nullptr);
     t.scores = batch.scores;
     t.layout = layout;
     t.seg_indptr = sieve::data_ptr<const int32_t>(view.indptr);

@@ -2,7 +2,8 @@
 // -inf/NaN, long rows beyond the shared key buffer, many rows, both score layouts, per-segment
 // forced tails), the fused
 // min/max append (incremental over ragged appends, and the catch-up recomputation) and the page
-// bounds (per head and group max; f32, f16 and bf16 pages; both bound kernels). Skipped without a CUDA device.
+// bounds (per head and group max; f32, f16 and bf16 pages; both bound kernels; long sequences,
+// non-finite min/max values). Skipped without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <sieve/selection/page_bound.hpp>
@@ -13,6 +14,7 @@
 #include <sieve/util/tensor.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -108,15 +110,22 @@ TEST(SelectionCuda, TopKMatchesTheCpuBitForBit) {
 // multiple of 8, G in {1, 2, 4, 7, 8}) and the element-wise one (any other shape).
 // With `layout`, the store keeps its pages as an engine does (strided views, ABI 1.1): the device
 // kernel reads them through the view's strides and must still match the CPU bit for bit.
+// `first_tokens`: the first append gives each sequence first_tokens .. 4 first_tokens - 1 tokens
+// (long sequences make each half-warp of the vector kernel walk many pages: its page ids come 16
+// at a time, its records through a ring). `specials`: before the last round's bounds, NaN and
+// +-inf are written into 1 % of the sidecar's values (the same bytes on both sides).
 void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8, int32_t n_kv_heads = 2,
-                       const sieve::KvLayout* layout = nullptr) {
-  sieve_geometry g = test_geometry(16, 3, 2048);
+                       const sieve::KvLayout* layout = nullptr, int32_t first_tokens = 100,
+                       bool specials = false) {
+  const int32_t max_tokens = 4 * first_tokens + 6 * 20;
+  const int32_t capacity = 3 * (max_tokens / 16 + 2);
+  sieve_geometry g = test_geometry(16, 3, max_tokens);
   g.n_q_heads = n_q_heads;
   g.n_kv_heads = n_kv_heads;
   g.head_dim = head_dim;
   g.rope_dim = head_dim;
   g.kv_dtype = dtype;
-  FakePagedKv store(test_kv_config(g, 400));
+  FakePagedKv store(test_kv_config(g, capacity));
   if (layout) store.set_layout(*layout);
   sieve_sidecar_desc desc{SIEVE_HEADER_INIT(sieve_sidecar_desc), "quest.minmax", dtype, 2 * head_dim};
   int32_t slot = -1;
@@ -125,12 +134,13 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
   for (auto& id : ids) ASSERT_EQ(store.add_sequence(&id), SIEVE_OK);
   std::mt19937 rng(4);
   std::normal_distribution<float> n(0.f, 1.5f);
-  const size_t side_elems = size_t(400) * g.n_kv_heads * 2 * head_dim;
+  const size_t side_elems = size_t(capacity) * g.n_kv_heads * 2 * head_dim;
   const size_t eb = sieve::dtype_bytes(dtype);
   Dev<char> d_side(side_elems * eb);
   for (int round = 0; round < 6; ++round) {
     std::vector<int32_t> tok = {0};
-    for (int b = 0; b < 3; ++b) tok.push_back(tok.back() + int32_t(round == 0 ? 100 + rng() % 300 : rng() % 20));
+    for (int b = 0; b < 3; ++b)
+      tok.push_back(tok.back() + int32_t(round == 0 ? first_tokens + rng() % (3 * first_tokens) : rng() % 20));
     sieve::HostTensor k({tok.back(), g.n_kv_heads, head_dim}, sieve::kF32), v = k;
     for (int64_t i = 0; i < k.numel(); ++i) k.set(i, n(rng)), v.set(i, n(rng));
     sieve_kv_append a{SIEVE_HEADER_INIT(sieve_kv_append), 0, 3, ids.data(), tok.data(), &k.dl(), &v.dl(), nullptr};
@@ -164,8 +174,19 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
       ASSERT_EQ(0, std::memcmp(dev_side.data() + size_t(phys) * per_page,
                                static_cast<const char*>(side.data) + size_t(phys) * per_page, per_page))
           << "round " << round << " page " << phys;
+    if (specials && round == 5) {
+      std::uniform_int_distribution<size_t> at_value(0, per_page / eb - 1);
+      const float values[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity()};
+      for (size_t i = 0; i < indices.size() * per_page / eb / 100; ++i)
+        sieve::store_float(side.data, dtype, int64_t(size_t(indices[rng() % indices.size()]) * (per_page / eb) + at_value(rng)),
+                           values[rng() % 3]);
+      d_side.put(static_cast<const char*>(side.data), side_elems * eb);
+    }
 
-    // Bounds: one query per sequence, q in f32 or bf16.
+    // Bounds: one query per sequence, q in f32 or bf16; the vector kernel's grid as sized for
+    // the device (0) and forced to 1 or 3 blocks along the pages (long walks per half-warp).
+    for (const int32_t page_blocks : {0, 1, 3})
     for (const bool group_max : {false, true}) {
       const int32_t H = group_max ? g.n_kv_heads : g.n_q_heads;
       sieve::HostTensor q({3, g.n_q_heads, head_dim}, round % 2 ? sieve::kBF16 : round == 4 ? sieve::kF16 : sieve::kF32);
@@ -181,13 +202,14 @@ void bounds_and_append(DLDataType dtype, int32_t head_dim, int32_t n_q_heads = 8
       d_scores.poison();
       sel::PageBoundLaunch pb{d_q.p, *sieve::storage_of(q.dl().dtype), d_qo.p, g.n_q_heads, d_side.p,
                               *sieve::storage_of(dtype), g.n_kv_heads, head_dim, d_indptr.p, d_indices.p,
-                              3, max_pages, group_max, d_scores.p, {1, indptr[3]}, nullptr};
+                              3, max_pages, group_max, d_scores.p, {1, indptr[3]}, nullptr, page_blocks};
       ASSERT_EQ(sel::launch_page_bounds(pb), nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto got = d_scores.get();
       for (size_t i = 0; i < cpu.size(); ++i)
         ASSERT_EQ(sel::order_key(got[i]), sel::order_key(cpu[i]))
-            << "score " << i << " round " << round << " group_max " << group_max << ": " << got[i]
+            << "score " << i << " round " << round << " group_max " << group_max << " page_blocks "
+            << page_blocks << ": " << got[i]
             << " vs " << cpu[i];
     }
   }
@@ -226,6 +248,20 @@ TEST(SelectionCuda, BoundsMatchTheCpuOnTheVectorKernelForEveryGroupSize) {
   bounds_and_append(sieve::kBF16, 128, 28, 4);  // G = 7 (Qwen2-7B's 28 q / 4 KV heads)
   bounds_and_append(sieve::kF32, 64, 16, 2);    // G = 8
   bounds_and_append(sieve::kBF16, 16, 4, 1);    // lanes past head_dim hold empty partials
+}
+
+// Long ragged sequences (each half-warp of the vector kernel walks tens of pages: several groups
+// of page ids, odd page counts for the two-page steps), head_dim 64 (lanes 8-15 hold no channel)
+// and 128, every storage type, group sizes 4 and 8, and NaN / +-inf min/max values.
+TEST(SelectionCuda, BoundsOfLongSequencesAndNonFiniteRecordsMatchTheCpu) {
+  REQUIRE_GPU();
+  for (const DLDataType dtype : {sieve::kBF16, sieve::kF16, sieve::kF32})
+    for (const int32_t head_dim : {64, 128}) {
+      SCOPED_TRACE(::testing::Message() << "dtype bits " << int(dtype.bits) << " code " << int(dtype.code)
+                                      << " head_dim " << head_dim);
+      bounds_and_append(dtype, head_dim, 32, 8, nullptr, 600, true);
+      bounds_and_append(dtype, head_dim, 16, 2, nullptr, 300, true);
+    }
 }
 
 // Rows longer than the shared key buffer (read from global memory), rows sized by the

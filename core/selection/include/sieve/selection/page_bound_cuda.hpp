@@ -46,6 +46,8 @@ struct PageBoundLaunch {
   float* scores;                // device, page j / head h at j * item_stride + h * head_stride
   ScoreLayout layout;
   void* stream;
+  int32_t page_blocks = 0;      // blocks along the pages: 0 = one wave of the device (the vector
+                                // kernel) or ~16 pages a half-warp; tests set 1 for long walks
 };
 const char* launch_page_bounds(const PageBoundLaunch& a) noexcept;
 

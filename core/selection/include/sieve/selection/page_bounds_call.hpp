@@ -1,5 +1,5 @@
 // The glue between a decode call and the CUDA bound kernel (page_bound_cuda.hpp), shared by the
-// policies that score pages on the device (raas; quest does the same inline): checks q and fills
+// policies that score pages on the device (quest, raas): checks q and fills
 // PageBoundLaunch from the call's view and the min/max sidecar, then enqueues it on `stream`.
 #pragma once
 #include <sieve/policy.h>
