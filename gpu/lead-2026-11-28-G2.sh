@@ -7,6 +7,7 @@ R=$PWD; export LD_LIBRARY_PATH=$R/.devdeps/usr/lib/x86_64-linux-gnu
 X=$OUT/x; mkdir -p $X/mc $X/py; st() { echo "[$SECONDS s] $*" | tee -a $X/summary.txt; }
 ( OUT=$X/py SIEVE_BUILD=build-device-all H_BIND_SECONDS=140 H_BIND_SPEED_SECONDS=85 timeout 150 bash gpu/h-bind.sh > $X/py/stdout.txt 2>&1 ); st "py rc=$?"
 mkdir -p $X/raas; ( OUT=$X/raas SIEVE_BUILD=build-device-all timeout 50 bash gpu/h-raas.sh > $X/raas/stdout.txt 2>&1 ); st "raas (tests + long-context cells) rc=$?"
+mkdir -p $X/qb; ( OUT=$X/qb SIEVE_BUILD=build-device-all timeout 45 bash gpu/h-qb.sh > $X/qb/stdout.txt 2>&1 ); st "quest bound (ncu, policy line) rc=$?"
 B=build-device-all/bin; CAP=${MC_CAP:-230}
 for t in $B/test_plugin_*_cuda $B/test_selection_cuda $B/cuda_test $B/hopper_test $B/sieve_engine_pool_test \
          $B/sieve_engine_identity_test "$B/sieve_runner_test --gtest_filter=LayerGraphs.*:LayerRunnerCuda*"; do
