@@ -1,9 +1,12 @@
 // CPU top-k (top_k.hpp): candidates = middle items with a finite score, partially ordered by
 // (order_key desc, index asc) — a strict total order, so the chosen set is unique and equals the
-// CUDA batch's (which finds the same k-th key by radix select and takes ties by index).
+// CUDA batch's (which finds the same k-th key by radix select and takes ties by index). The
+// partial order runs on packed 64-bit keys in a per-thread buffer (no allocation once grown).
 #include "sieve/selection/top_k.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <vector>
 
 namespace sieve::selection {
 
@@ -14,17 +17,18 @@ int32_t top_k_row(TopKRow row, const float* scores, int64_t stride, int32_t* out
     for (int32_t j = 0; j < c.n; ++j) out[j] = j;
     return c.n;
   }
+  // Each candidate as one integer: order_key in the high half, ~index in the low half, so a
+  // larger integer is a better (score, index) pair in the same strict order as ranking by key
+  // then lower index (the same chosen set), compared without reloading or re-keying the scores.
+  thread_local std::vector<uint64_t> keys;  // grown once per thread, then reused
+  if (keys.size() < size_t(c.n)) keys.resize(size_t(c.n));
   int32_t m = 0;
   for (int32_t j = c.middle_begin(); j < c.middle_end(); ++j)
-    if (order_key(scores[j * stride]) != 0u) scratch[m++] = j;
+    if (const uint32_t k = order_key(scores[j * stride]); k != 0u)
+      keys[size_t(m++)] = uint64_t(k) << 32 | uint64_t(~uint32_t(j));
   const int32_t take = std::min(m, c.k);
-  if (take < m) {
-    auto better = [&](int32_t a, int32_t b) {
-      const uint32_t ka = order_key(scores[a * stride]), kb = order_key(scores[b * stride]);
-      return ka != kb ? ka > kb : a < b;
-    };
-    std::nth_element(scratch, scratch + take, scratch + m, better);
-  }
+  if (take < m) std::nth_element(keys.begin(), keys.begin() + take, keys.begin() + m, std::greater<>());
+  for (int32_t i = 0; i < take; ++i) scratch[i] = int32_t(~uint32_t(keys[size_t(i)]));
   std::sort(scratch, scratch + take);
   int32_t w = 0;
   for (int32_t j = 0; j < c.head; ++j) out[w++] = j;

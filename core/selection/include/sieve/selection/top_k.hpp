@@ -68,7 +68,8 @@ SIEVE_SELECTION_HD int32_t kept_count(const ClippedRow& c, int32_t finite_middle
 
 // One row on the CPU: item j is scored scores[j * stride]. `out` receives the kept indices in
 // ascending order (room for min(n, head + tail + k)); `scratch` holds at least n int32. Returns
-// the number written. No allocation.
+// the number written. No allocation once the calling thread's key buffer (8 bytes per item) has
+// grown to its longest row.
 int32_t top_k_row(TopKRow row, const float* scores, int64_t stride, int32_t* out, int32_t* scratch);
 
 // ---- Batched rows, the layout the CUDA version shares -------------------------------------
