@@ -88,6 +88,14 @@ def policy_rows(pj, out_dir):
                      "selection overhead ms", "attended"], rows)
 
 
+def stages_table(pj):
+    """The selection micro-benchmarks policy_cpu.sh stores with the policy step (sieve_selection_bench
+    medians: Quest's bounds and top-k, the dense call without / with DELTA's page-mass sweep)."""
+    rows = [[f"`{b['run_name']}`", f"{b['real_time']:.1f} {b['time_unit']}", f"{b['cpu_time']:.1f} {b['time_unit']}"]
+            for b in pj.get("selection_stages", [])]
+    return md_table(["stage (context/batch[/page_mass])", "median wall", "median CPU"], rows) if rows else ""
+
+
 def section(suite_path, policy_table, policy_caption, notes):
     """The section's text: the kernel suite's table (when a suite JSON is given) and the policy
     step's table and caption."""
@@ -119,7 +127,11 @@ def update_readme(out_dir, suite_path, policy_path):
     notes = []
     pj = json.load(open(policy_path))
     commands = sorted({r["command"] for r in pj.get("results", []) if isinstance(r, dict) and r.get("command")})
-    body = section(suite_path, policy_rows(pj, out_dir),
+    stages = stages_table(pj)
+    policy = policy_rows(pj, out_dir) + (
+        "\n\nThe selection stages alone (`sieve_selection_bench`, one layer, 8q/2kv d64 bf16):\n\n" + stages
+        if stages else "")
+    body = section(suite_path, policy,
                    caption(commands, f"CPU, {pj.get('device', '?')}", pj.get("date", "?"),
                            f"From `{os.path.relpath(policy_path, SOURCE)}`."), notes)
     body += ("\n*This section was rewritten alone by `python3 bench/report/sieve_report.py --update-cpu`; "
