@@ -123,4 +123,33 @@ TEST(TopK, BatchLayoutsMatchRowByRow) {
   }
 }
 
+// A batch past the threading threshold (2^15 scored items: rows on OpenMP threads, counts first):
+// every row against the reference, ragged segments (one shorter than its forced items: dense),
+// ties, -inf and NaN.
+TEST(TopK, LargeBatchOnThreadsMatchesTheReference) {
+  std::mt19937 rng(5);
+  const int32_t H = 8, S = 5;
+  std::vector<int32_t> seg = {0};
+  for (int32_t s = 0; s < S; ++s) seg.push_back(seg.back() + (s == 2 ? 3 : 1000 + int32_t(rng() % 300)));
+  const int32_t nnz = seg.back();
+  ASSERT_GE(int64_t(nnz) * H, int64_t(1) << 15);
+  std::vector<float> scores(size_t(nnz) * H);
+  for (float& v : scores) {
+    const uint32_t u = rng() % 100;
+    v = u == 0 ? -std::numeric_limits<float>::infinity() : u == 1 ? std::nanf("") : float(rng() % 50);
+  }
+  const sel::TopKBatch b{scores.data(), sel::ScoreLayout{H, 1}, seg.data(), S, H, 2, 1, 61};
+  std::vector<int32_t> indptr(size_t(S) * H + 1, -1), indices(size_t(sel::top_k_capacity_needed(b)), -1), scratch(1400);
+  const int64_t written = sel::top_k_batch_cpu(b, indptr.data(), indices.data(), scratch.data());
+  ASSERT_EQ(written, indptr.back());
+  for (int32_t s = 0; s < S; ++s)
+    for (int32_t h = 0; h < H; ++h) {
+      const int32_t n = seg[size_t(s) + 1] - seg[size_t(s)], r = s * H + h;
+      std::vector<float> row(static_cast<size_t>(n));
+      for (int32_t j = 0; j < n; ++j) row[size_t(j)] = scores[size_t(seg[size_t(s)] + j) * H + size_t(h)];
+      const std::vector<int32_t> got(indices.begin() + indptr[size_t(r)], indices.begin() + indptr[size_t(r) + 1]);
+      EXPECT_EQ(got, reference(row, {n, 2, 1, 61})) << "segment " << s << " head " << h;
+    }
+}
+
 }  // namespace
