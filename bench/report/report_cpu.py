@@ -64,23 +64,23 @@ def policy_rows(pj, out_dir):
         rows.append([r.get("phase", "decode"), f"`{r['chain']}`", r.get("context"), r.get("batch"), r.get("step_ms"),
                      r.get("dense_step_ms"), r.get("speedup_vs_dense"), r.get("core_ms"),
                      r.get("selection_overhead_ms"), r.get("attended_fraction")])
-        if r.get("phase", "decode") == "decode":
-            pts.setdefault((r["chain"], r.get("batch")), []).append(
+        if r.get("phase", "decode") == "decode":  # dense differs with the layer count of the run
+            pts.setdefault((r["chain"], r.get("batch"), r.get("layers", 1)), []).append(
                 (r.get("context"), r.get("dense_step_ms"), r.get("step_ms")))
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     dense_done = set()
-    for (label, batch), p in sorted(pts.items(), key=lambda kv: str(kv[0])):
+    for (label, batch, layers), p in sorted(pts.items(), key=lambda kv: str(kv[0])):
         p = sorted(p)
-        if batch not in dense_done:
-            ax.plot([x[0] for x in p], [x[1] for x in p], "k--", marker="s", label=f"dense bs{batch}")
-            dense_done.add(batch)
+        if (batch, layers) not in dense_done:
+            ax.plot([x[0] for x in p], [x[1] for x in p], "k--", marker="s", label=f"dense bs{batch}, {layers} layer(s)")
+            dense_done.add((batch, layers))
         ax.plot([x[0] for x in p], [x[2] for x in p], marker="o", label=f"{label[:48]} bs{batch}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("context tokens")
     ax.set_ylabel("decode step ms (append + policy + attention)")
     ax.set_title("CPU decode step, policies vs dense", fontsize=9)
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "speed_cpu.png"), dpi=110)
     plt.close(fig)
