@@ -104,11 +104,15 @@ def section(suite_path, policy_table, policy_caption, notes):
         suite = json.load(open(suite_path))
         c = suite["ceilings"]
         rel = os.path.relpath(suite_path, SOURCE)
+        beside = any(x.get("adjacent") for x in suite["cases"])
+        how = ("Decode: each sample against a memcpy and a read-only stream run right before it on the same "
+               "threads (median of the samples' ratios, their range in brackets), so a noisy neighbour moves "
+               "both sides" if beside else
+               "Decode: against the memcpy and read-only stream measured once at the start of the process (a "
+               "suite JSON from before the ceilings were measured beside each sample)")
         lines += [f"Attention kernels (`sieve_bench --cpu-only`, `{rel}`, {suite.get('date', '?')}, CPU "
                   f"{c.get('host_cpu', 'not recorded')}, {c.get('host_threads', '?')} threads; command "
-                  f"`{suite.get('command', '?')}`). Decode: each sample against a memcpy and a read-only stream "
-                  "run right before it on the same threads (median of the samples' ratios, their range in "
-                  "brackets), so a noisy neighbour moves both sides; K/V rotate through copies larger than the "
+                  f"`{suite.get('command', '?')}`). {how}; K/V rotate through copies larger than the "
                   "last-level cache. Prefill: against OpenBLAS sgemm of the same process.", "",
                   kernel_table(suite), ""]
     else:
