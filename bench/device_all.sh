@@ -6,7 +6,7 @@
 # Logs and JSON go to $OUT (the device tool brings back at most 8 files).
 #
 #   bench/device_all.sh [--fresh] [--no-build-tests] [--no-tests] [--memcheck] [--suite]
-#                       [--policy-cases FILE] [--ctest-regex RE]
+#                       [--policy-cases FILE] [--case-timeout S] [--ctest-regex RE]
 #
 # --fresh starts from an empty build directory: a warm machine keeps build outputs between calls,
 # and a tree copied later can carry older timestamps than the objects there (Ninja would then
@@ -15,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build-device-out}
 mkdir -p "$OUT"
-tests=1 memcheck=0 suite=0 cases="" regex="" build_tests=ON fresh=0
+tests=1 memcheck=0 suite=0 cases="" regex="" build_tests=ON fresh=0 case_timeout=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --fresh) fresh=1 ;;
@@ -24,6 +24,7 @@ while [ $# -gt 0 ]; do
     --memcheck) memcheck=1 ;;
     --suite) suite=1 ;;
     --policy-cases) cases="$2"; shift ;;
+    --case-timeout) case_timeout="$2"; shift ;;  # seconds per policy line (0: none); 124 = timed out
     --ctest-regex) regex="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -77,8 +78,9 @@ if [ -n "$cases" ]; then
     case "$line" in ''|'#'*) continue ;; esac
     i=$((i + 1))
     echo "== $line" >> "$OUT/policy.log"
-    eval "$B/bin/sieve_bench $line --json=$B/policy-$i.json" >> "$OUT/policy.log" 2>&1
-    rc=$?; echo "policy case $i rc=$rc"; [ $rc = 0 ] || status=1
+    t1=$(date +%s)
+    eval "timeout $case_timeout $B/bin/sieve_bench $line --json=$B/policy-$i.json" >> "$OUT/policy.log" 2>&1
+    rc=$?; echo "policy case $i rc=$rc ($(( $(date +%s) - t1 )) s)"; [ $rc = 0 ] || status=1
   done < "$cases"
   python3 - "$B" "$OUT/policy.json" <<'EOF'
 import glob, json, sys

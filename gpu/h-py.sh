@@ -15,33 +15,14 @@
 # segfaulted, the bf16 dense logits), the rest of pytest only when H_PY_SECONDS >= 200.
 # Build: $SIEVE_BUILD when set (used as is), else bench/device_all.sh --fresh --no-tests.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/build-device-out}
-mkdir -p "$OUT"
 part=${1:-all}
-if [ -d "$PWD/.devdeps/usr/lib/x86_64-linux-gnu" ]; then
-  export LD_LIBRARY_PATH="$PWD/.devdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-S="$OUT/summary.txt"
-: > "$S"
-start=$(date +%s)
-step() { echo "== $1: rc=$2 (at $(( $(date +%s) - start )) s)" | tee -a "$S"; }
-B=${SIEVE_BUILD:-}
-if [ -z "$B" ]; then
-  bash bench/device_all.sh --fresh --no-tests > "$OUT/build.txt" 2>&1; rc=$?; step build $rc
-  [ $rc = 0 ] || { tail -20 "$OUT/build.txt" | tee -a "$S"; exit 1; }
-  B=build-device-all
-fi
-B=$(cd "$B" && pwd)
 budget=${H_PY_SECONDS:-100}
-start=$(date +%s)  # the budget is counted from here (the build is the lead's or device_all's)
-left() { echo $(( budget - ($(date +%s) - start) )); }
+source "$(dirname "$0")/py-env.sh"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u; git log --oneline -1
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
   command -v gdb || echo "no gdb"; echo "LD_PRELOAD=${LD_PRELOAD:-}"
   # an allocator other than glibc's in a torch process (RTLD_DEEPBIND would bypass it)
   python3 -c 'import torch; print("".join(l for l in open("/proc/self/maps") if "malloc" in l)[:400])'; } >> "$S" 2>&1
-export PYTHONPATH="$B/python" SIEVE_TEST_PLUGIN_DIR="$B/lib/sieve/plugins" SIEVE_TEST_BIN_DIR="$B/bin" PYTHONUNBUFFERED=1
 status=0
 L="$OUT/log.txt"
 : > "$L"
@@ -70,8 +51,7 @@ if [ "$part" != speed ]; then
     grep -A25 "^Thread\|signal SIG" "$OUT/binding_gdb.txt" | head -40 >> "$S"
   fi
 
-  awk '/<!-- five-lines -->/{f=1; next} f && /^```python/{g=1; next} g && /^```/{exit} g' docs/engines/transformers.md \
-    > "$OUT/five_lines.py"
+  five_lines "$OUT/five_lines.py"
   (cd /tmp && timeout 20 python3 -X faulthandler "$OUT/five_lines.py") >> "$L" 2>&1; rc=$?
   step "five-line doc script" $rc; [ $rc = 0 ] || status=1
 
@@ -95,7 +75,7 @@ if [ "$part" = speed ]; then  # the import order and the binding's cost too (in 
 fi
 if [ "$part" != tests ] && [ $(( $(left) - 3 )) -gt 30 ]; then
   t=$(( $(left) - 3 ))
-  timeout $t python3 python/bench/transformers_step.py --ctx 8192,32768 --batch 1,8 --steps 8 --warmup 4 \
+  timeout $t python3 python/bench/transformers_step.py --ctx 8192,32768 --batch 8,1 --steps 6 --warmup 3 --passes 2 \
     --json "$OUT/transformers_step.json" >> "$OUT/speed.txt" 2>&1
   rc=$?; step "speed table (timeout $t s)" $rc; [ $rc = 0 ] || status=1
   tail -14 "$OUT/speed.txt" >> "$S"

@@ -29,9 +29,11 @@
 // of the selection), end_step (eviction). The timestamps and the eviction decisions live on the
 // host (the store's evict is a host call on its page table).
 //
-// CUDA (alpha and top_ratio; prefill_policy=quest is CPU only): on_append runs core/selection's
-// fused min/max append kernel, select the shared bound kernel and raas_cuda.cu's kernels, which
-// turn the bounds into one "stamped this step" byte per resident page; those bytes are copied
+// CUDA (every mode): on_append runs core/selection's fused min/max append kernel, select the
+// shared bound kernel and raas_cuda.cu's kernels, which turn the bounds into one "stamped this
+// step" byte per resident page (prefill_policy=quest: the rows come from core/selection's batched
+// top-k, the same TopKBatch as the CPU's, each sequence's forced tail uploaded from a pinned
+// per-layer region; see prompt_batch). Those bytes are copied
 // asynchronously into a pinned host mirror (one region per layer) and an event is recorded — no
 // hook waits. end_step, the one point where the host needs them, waits on that event (the runtime
 // does not synchronise the stream before end_step: LayerRunner::end_step is called right after
@@ -132,9 +134,11 @@ class RaasPolicy final : public sp::PolicyBase {
     if (p.text("prefill_policy") == "quest" && !p.boolean("pin_prefill"))
       r.invalid("prefill_policy = quest selects among the pinned prompt pages: it needs "
                 "pin_prefill = true");
-    if (p.text("prefill_policy") == "quest" && g.device.device_type != kDLCPU)
-      r.unsupported("prefill_policy = quest runs on the CPU only (the CUDA path supports "
-                    "prefill_policy = all, with alpha or top_ratio)");
+    const int64_t rows = int64_t(g.max_batch) * g.n_q_heads;
+    const int64_t pages = (int64_t(g.max_seq_len) + g.page_size - 1) / g.page_size;
+    if (p.text("prefill_policy") == "quest" && rows * pages > INT32_MAX)
+      r.unsupported("prefill_policy = quest: max_batch x n_q_heads x pages = ", rows * pages,
+                    " selection entries exceed the int32 offsets");
   }
 
   explicit RaasPolicy(const sp::CreateContext& ctx)
@@ -149,6 +153,7 @@ class RaasPolicy final : public sp::PolicyBase {
     sidecar_ = sel::MinMaxSidecar(ctx.kv, ctx.kv_api, g, "raas.minmax");
     const int64_t max_pages = (int64_t(g.max_seq_len) + g.page_size - 1) / g.page_size;
     const size_t score_count = size_t(g.max_batch) * size_t(max_pages) * size_t(g.n_q_heads);
+    tails_.assign(size_t(std::max(g.max_batch, 1)), 0);
     if (g.device.device_type == kDLCPU) {
       scores_.assign(score_count, 0.0f);
       bound_scratch_.assign(size_t(sel::page_bounds_scratch_floats(g.n_q_heads, g.head_dim)), 0.0f);
@@ -199,9 +204,11 @@ class RaasPolicy final : public sp::PolicyBase {
     const int32_t max_pages = sel::check_decode_call(call, g);
     const sieve_paged_kv& view = *call.kv_view;
     const int32_t H = g.n_q_heads;
+    if (prefill_quest_) prepare_prompt_rows(call, selection);  // checks the storage before any write
     if (g.device.device_type != kDLCPU) {
-      select_cuda(call, max_pages);
-      selection.kind = SIEVE_SEL_ALL;
+      select_cuda(call, max_pages, selection);
+      if (prefill_quest_) mark_prompt_rows(call, selection);
+      else selection.kind = SIEVE_SEL_ALL;
       return;
     }
     const sel::ScoreLayout layout{H, 1};  // [nnz pages, H]
@@ -217,8 +224,14 @@ class RaasPolicy final : public sp::PolicyBase {
       const float* seq_scores = scores_.data() + int64_t(view.indptr_host[b]) * H;
       for (int32_t h = 0; h < H; ++h) stamp_head(s, seq_scores + h, H, n, scale);
     }
-    if (prefill_quest_) write_prefill_quest(call, selection, layout);
-    else selection.kind = SIEVE_SEL_ALL;
+    if (prefill_quest_) {
+      sel::top_k_batch_cpu(prompt_batch(call, scores_.data(), layout, view.indptr_host, tails_.data()),
+                           sieve::data_ptr<int32_t>(selection.indptr),
+                           sieve::data_ptr<int32_t>(selection.indices), row_scratch_.data());
+      mark_prompt_rows(call, selection);
+    } else {
+      selection.kind = SIEVE_SEL_ALL;
+    }
   }
 
   void end_step(const sieve_step_end& step) override {
@@ -287,16 +300,23 @@ class RaasPolicy final : public sp::PolicyBase {
     flags_dev_ = allocate(g.device, flag_count);
     head_max_dev_ = allocate(g.device, sizeof(float) * heads);
     head_sum_dev_ = allocate(g.device, sizeof(double) * heads);
+    if (top_ratio_ > 0.0 || prefill_quest_)  // top_ratio: one sequence's rows; prompt rows: all
+      topk_dev_ = allocate(g.device, sel::top_k_cuda_scratch_bytes(int64_t(g.max_batch) * g.n_q_heads));
+    if (prefill_quest_) tails_dev_ = allocate(g.device, sizeof(int32_t) * size_t(std::max(g.max_batch, 1)));
     if (top_ratio_ > 0.0) {  // one sequence's rows at a time (k depends on its page count)
-      topk_dev_ = allocate(g.device, sel::top_k_cuda_scratch_bytes(g.n_q_heads));
       rows_indptr_dev_ = allocate(g.device, sizeof(int32_t) * size_t(g.n_q_heads + 1));
       rows_capacity_ = int64_t(g.n_q_heads) * std::max<int64_t>(max_pages, 1);
       rows_indices_dev_ = allocate(g.device, sizeof(int32_t) * size_t(rows_capacity_));
     }
-    // One region of flags per layer: end_step applies every layer's stamps after one wait.
+    // One region of flags per layer: end_step applies every layer's stamps after one wait. Then,
+    // with prefill_policy=quest, one region of prompt-row tails per layer (uploaded by select):
+    // a layer's region is rewritten at its next select, after the wait that settled its stamps.
     // Whole pages, page-aligned: a pinned range never shares an OS page with another one.
+    const size_t layers = size_t(std::max(g.n_layers, 1));
     mirror_stride_ = flag_count;
-    const size_t mirror_bytes = (mirror_stride_ * size_t(std::max(g.n_layers, 1)) + 4095) / 4096 * 4096;
+    tails_offset_ = (mirror_stride_ * layers + alignof(int32_t) - 1) / alignof(int32_t) * alignof(int32_t);
+    tails_stride_ = prefill_quest_ ? sizeof(int32_t) * tails_.size() : 0;
+    const size_t mirror_bytes = (tails_offset_ + tails_stride_ * layers + 4095) / 4096 * 4096;
     mirror_host_ = allocate(DLDevice{kDLCPU, 0}, mirror_bytes, 4096);
     mirror_ = sieve::raas::StampMirror(mirror_host_.get(), mirror_host_.bytes());
     if (const char* e = mirror_.error())
@@ -309,7 +329,7 @@ class RaasPolicy final : public sp::PolicyBase {
     pending_.assign(size_t(std::max(g.n_layers, 1)), empty);
   }
 
-  void select_cuda(const sieve_layer_call& call, int32_t max_pages) {
+  void select_cuda(const sieve_layer_call& call, int32_t max_pages, sieve_selection& selection) {
     const sieve_paged_kv& view = *call.kv_view;
     const sieve_geometry& g = geometry();
     const int32_t H = g.n_q_heads;
@@ -362,6 +382,8 @@ class RaasPolicy final : public sp::PolicyBase {
       a.stream = cuda_stream();
       if (const char* e = sieve::raas::launch_alpha_flags(a)) sp::fail(SIEVE_ERR_DEVICE, "raas stamp kernels: ", e);
     }
+    if (prefill_quest_) select_prompt_rows_cuda(call, max_pages, selection, scores, layout);
+    // Recorded after the prompt rows' upload too: the wait before the next rewrite covers it.
     if (const char* e = mirror_.copy_async(size_t(call.layer) * mirror_stride_, flags, size_t(nnz), cuda_stream()))
       sp::fail(SIEVE_ERR_DEVICE, "raas stamp copy: ", e);
     Pending& p = pending_[size_t(call.layer)];
@@ -380,6 +402,34 @@ class RaasPolicy final : public sp::PolicyBase {
     }
   }
 
+  // prepare_prompt_rows' tails go to the device through this layer's pinned region, then
+  // core/selection's batched top-k writes every row straight into the selection.
+  void select_prompt_rows_cuda(const sieve_layer_call& call, int32_t max_pages, sieve_selection& selection,
+                               const float* scores, sel::ScoreLayout layout) {
+    const size_t at = tails_offset_ + size_t(call.layer) * tails_stride_;
+    std::copy_n(tails_.data(), call.batch, reinterpret_cast<int32_t*>(static_cast<char*>(mirror_host_.get()) + at));
+    if (const char* e = mirror_.upload_async(at, tails_dev_.get(), sizeof(int32_t) * size_t(call.batch), cuda_stream()))
+      sp::fail(SIEVE_ERR_DEVICE, "raas prompt-row upload: ", e);
+    const sel::TopKBatch b = prompt_batch(call, scores, layout, nullptr, nullptr);
+    sel::TopKCudaLaunch t{};
+    t.scores = scores;
+    t.layout = layout;
+    t.seg_indptr = sieve::data_ptr<const int32_t>(call.kv_view->indptr);
+    t.n_segments = b.n_segments;
+    t.rows_per_segment = b.rows_per_segment;
+    t.head = b.head;
+    t.tail = b.tail;
+    t.k = b.k;
+    t.seg_tail = tails_dev_.get<int32_t>();
+    t.scratch = topk_dev_.get();
+    t.sel_indptr = sieve::data_ptr<int32_t>(selection.indptr);
+    t.sel_indices = sieve::data_ptr<int32_t>(selection.indices);
+    t.capacity = selection.capacity;
+    t.stream = cuda_stream();
+    t.max_row_items = max_pages;
+    if (const char* e = sel::launch_top_k_cuda(t)) sp::fail(SIEVE_ERR_DEVICE, "raas prompt top-k kernel: ", e);
+  }
+
   void wait_for_stamps() {
     if (const char* e = mirror_.wait()) sp::fail(SIEVE_ERR_DEVICE, "raas: waiting for the page stamps: ", e);
   }
@@ -387,7 +437,7 @@ class RaasPolicy final : public sp::PolicyBase {
   [[noreturn]] void create_cuda(int64_t, size_t) {
     sp::fail(SIEVE_ERR_UNSUPPORTED, "this build of raas has no CUDA code");
   }
-  [[noreturn]] void select_cuda(const sieve_layer_call&, int32_t) {
+  [[noreturn]] void select_cuda(const sieve_layer_call&, int32_t, sieve_selection&) {
     sp::fail(SIEVE_ERR_UNSUPPORTED, "this build of raas has no CUDA code");
   }
   void wait_for_stamps() {}
@@ -448,41 +498,38 @@ class RaasPolicy final : public sp::PolicyBase {
       if (std::exp(double(scores[j * stride] * scale - top)) / sum > alpha_) s.stamp[size_t(j)] = s.time;
   }
 
-  // Rows per query head: the Quest choice among the pinned prompt pages (last prompt page kept),
-  // then every decode page.
-  void write_prefill_quest(const sieve_layer_call& call, sieve_selection& selection,
-                           sel::ScoreLayout layout) {
+  // prefill_policy=quest, one row per (sequence, query head): the sequence's pages as top-k
+  // items, the forced tail its last prompt page and every decode page (tails[b] = pages - prompt
+  // pages + 1), the best prefill_budget_pages - 1 of the other prompt pages by the bound. A
+  // sequence with no more prompt pages than the budget keeps every page. The same batch on the
+  // CPU (top_k_batch_cpu) and on CUDA (launch_top_k_cuda): the same rows, bit for bit.
+  sel::TopKBatch prompt_batch(const sieve_layer_call& call, const float* scores, sel::ScoreLayout layout,
+                              const int32_t* seg_indptr, const int32_t* tails) const {
+    sel::TopKBatch b{scores, layout, seg_indptr, call.batch, geometry().n_q_heads, 0, 1, prefill_budget_pages_ - 1};
+    b.seg_tail = tails;
+    return b;
+  }
+  // The tails of this call's sequences (tails_), and the selection storage checked for the
+  // largest selection they give.
+  void prepare_prompt_rows(const sieve_layer_call& call, sieve_selection& selection) {
     const sieve_paged_kv& view = *call.kv_view;
-    const int32_t H = geometry().n_q_heads;
-    int64_t nnz = 0;
     for (int32_t b = 0; b < call.batch; ++b) {
       const SeqPages& s = state(call.layer, call.seq_ids[b]);
-      const int32_t n = int32_t(s.stamp.size()), p = s.pinned_pages();
-      nnz += int64_t(H) * (std::min(p, prefill_budget_pages_) + (n - p));
+      const int32_t n = view.indptr_host[b + 1] - view.indptr_host[b];
+      if (int32_t(s.stamp.size()) != n)
+        sp::fail(SIEVE_ERR_INTERNAL, "raas lost track of sequence ", call.seq_ids[b], " in layer ",
+                 call.layer, ": ", s.stamp.size(), " pages tracked, ", n, " resident");
+      tails_[size_t(b)] = n - s.pinned_pages() + 1;
     }
-    const int64_t n_rows = int64_t(call.batch) * H;
-    sp::check_selection_storage(selection, n_rows, nnz, geometry().device);
-    auto* indptr = sieve::data_ptr<int32_t>(selection.indptr);
-    auto* indices = sieve::data_ptr<int32_t>(selection.indices);
-    int64_t w = 0;
-    int32_t r = 0;
-    indptr[0] = 0;
-    for (int32_t b = 0; b < call.batch; ++b) {
-      const SeqPages& s = state(call.layer, call.seq_ids[b]);
-      const int32_t n = int32_t(s.stamp.size()), p = s.pinned_pages();
-      const float* seq_scores = scores_.data() + int64_t(view.indptr_host[b]) * layout.item_stride;
-      for (int32_t h = 0; h < H; ++h) {
-        w += sel::top_k_row({p, 0, 1, prefill_budget_pages_ - 1}, seq_scores + h, layout.item_stride,
-                            indices + w, row_scratch_.data());
-        for (int32_t j = p; j < n; ++j) indices[w++] = j;
-        indptr[++r] = int32_t(w);
-      }
-    }
+    const int64_t nnz = sel::top_k_capacity_needed(prompt_batch(call, nullptr, {}, view.indptr_host, tails_.data()));
+    sp::check_selection_storage(selection, int64_t(call.batch) * geometry().n_q_heads, nnz, geometry().device);
+  }
+  void mark_prompt_rows(const sieve_layer_call& call, sieve_selection& selection) const {
     selection.kind = SIEVE_SEL_BLOCKS;
     selection.heads = SIEVE_SEL_PER_Q_HEAD;
     selection.q_block = 1;
     selection.k_block_pages = 1;
-    selection.n_rows = int32_t(n_rows);
+    selection.n_rows = call.batch * geometry().n_q_heads;
   }
 
   int32_t budget_pages_;
@@ -496,15 +543,20 @@ class RaasPolicy final : public sp::PolicyBase {
   std::vector<float> scores_;                // [nnz pages, n_q_heads]
   std::vector<float> bound_scratch_;
   std::vector<int32_t> row_scratch_, row_out_, evict_list_;
+  std::vector<int32_t> tails_;    // [max_batch] prefill_policy=quest: each sequence's forced tail
   std::vector<Pending> pending_;  // [layer], CUDA only
-  size_t mirror_stride_ = 0;      // bytes of one layer's region
-  sp::HostBuffer mirror_host_;    // host [n_layers, max_batch * max_pages] stamp bytes
+  size_t mirror_stride_ = 0;      // bytes of one layer's stamp region
+  size_t tails_offset_ = 0, tails_stride_ = 0;  // the tails' regions (prefill_policy=quest)
+  sp::HostBuffer mirror_host_;    // host: [n_layers, max_batch * max_pages] stamp bytes, then
+                                  // [n_layers, max_batch] int32 tails (prefill_policy=quest)
 #if SIEVE_WITH_CUDA
   sieve::raas::StampMirror mirror_;  // pins mirror_host_ (declared after it: unpinned first)
   sp::HostBuffer scores_dev_;        // device f32 [n_q_heads, max_batch * max_pages]
   sp::HostBuffer flags_dev_;         // device [max_batch * max_pages]
   sp::HostBuffer head_max_dev_, head_sum_dev_;                   // [max_batch * n_q_heads]
-  sp::HostBuffer topk_dev_, rows_indptr_dev_, rows_indices_dev_;  // top_ratio: one sequence's rows
+  sp::HostBuffer topk_dev_;  // top-k plans: max_batch x n_q_heads rows
+  sp::HostBuffer rows_indptr_dev_, rows_indices_dev_;  // top_ratio: one sequence's rows
+  sp::HostBuffer tails_dev_;                           // prefill_policy=quest: device tails_
   int64_t rows_capacity_ = 0;
 #endif
 };

@@ -3,6 +3,12 @@
 sieve_session_attend call on the same prebuilt inputs, interleaved on one session so both see the
 same contexts (one decode token of a 1-layer geometry per call: the kernel is small, the host side
 dominates). binding = median(attend) - median(bare), in microseconds of host time per call.
+"attend" is the default path (on CUDA: tensors exported for the session's stream, one stream
+synchronisation per call), "attend_ready" passes ready=True (no synchronisation).
+python_side = attend() with the C call replaced by a no-op (the binding's own work alone: where
+the bare call's time is large and noisy, e.g. the CPU kernel over a growing context, this is the
+steadier figure); on CUDA also for a session on its own stream (the synchronisation is then an
+event torch records and the session's stream waits for, once per call).
 
     binding_cost.py [--device cuda] [--calls 2000] [--json out.json] [--limit-us 50]
 
@@ -29,7 +35,8 @@ def main():
     import torch
     hq, hkv, d = 32, 8, 64  # a 1B Llama layer
     stream = torch.cuda.current_stream() if a.device.startswith("cuda") else None
-    s = sieve.Session(sieve.Runtime(), n_layers=1, n_q_heads=hq, n_kv_heads=hkv, head_dim=d,
+    s_runtime = sieve.Runtime()
+    s = sieve.Session(s_runtime, n_layers=1, n_q_heads=hq, n_kv_heads=hkv, head_dim=d,
                       max_seq_len=2 * a.calls + 64, kv_dtype=torch.bfloat16, device=a.device, cuda_stream=stream,
                       check_outputs=False)
     seq = s.add_sequence()
@@ -58,9 +65,24 @@ def main():
             assert st == 0, _capi.lib.sieve_session_last_error(h)
             s.end_step("decode", seq)
     s.synchronize()
+    stub = lambda *args: 0  # noqa: E731  the binding's own work: everything but the C call
+    s._attend = stub
+    sessions = {"attend": (s, False), "attend_ready": (s, True)}
+    if stream is not None:  # a session on its own stream: torch records an event and the session's stream waits
+        own = sieve.Session(s_runtime, n_layers=1, n_q_heads=hq, n_kv_heads=hkv, head_dim=d, max_seq_len=64,
+                            kv_dtype=torch.bfloat16, device=a.device, check_outputs=False)
+        own._attend = stub
+        sessions["attend_own_stream"] = (own, False)
+    python_side = {name: [] for name in sessions}
+    for i in range(a.calls // 2):
+        for name, (session, ready) in sessions.items():
+            t0 = clock()
+            session.attend(0, "decode", q1, k1, v1, o1, seq, ready=ready)
+            python_side[name].append((clock() - t0) / 1000.0)
     med = {name: statistics.median(t) for name, t in timings.items()}
     result = {"device": a.device, "calls_each": len(timings["bare"]), "median_us": med,
               "binding_us": med["attend"] - med["bare"], "binding_ready_us": med["attend_ready"] - med["bare"],
+              "python_side_us": {name: statistics.median(t) for name, t in python_side.items()},
               "torch": torch.__version__, "python": sys.version.split()[0]}
     if stream is not None:
         result["gpu"] = torch.cuda.get_device_name()

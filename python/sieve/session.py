@@ -2,10 +2,13 @@
 
 CUDA streams: a CUDA session runs on `cuda_stream` when given (an int cudaStream_t or an object
 with `.cuda_stream`, e.g. torch.cuda.current_stream(); torch's default stream is passed as
-cudaStreamLegacy), so the caller's kernels and the session's are ordered on one stream and
-nothing needs synchronising. Without one it creates its own stream: tensors are exported for it
-(`__dlpack__(stream=...)`, the producer waits for its own work) and the caller calls
-synchronize() before reading an output.
+cudaStreamLegacy), else on a stream of its own. attend() exports its tensors for the session's
+stream (`__dlpack__(stream=...)`: the producer makes the session's stream wait for the work it
+queued; once per call for torch and cupy, whose wait covers their whole current stream, see
+_dlpack.export_all), so tensors produced on any torch stream are read finished; where torch's
+current stream is the session's there is nothing to wait for, and ready=True skips the question.
+The session's kernels go on its stream: the caller reads an output on that stream, or after
+synchronize().
 """
 import ctypes as C
 
@@ -91,12 +94,17 @@ class Session(Handle):
         self.cuda_stream = int(stream) if stream else None
         # What __dlpack__ is asked for: device arrays ready on the session's stream.
         self._export_stream = self.cuda_stream if self.on_cuda else None
-        # Reused per call: the inputs struct and host arrays (no allocation per layer call).
+        # Reused per call: the inputs struct, a pointer to it and the host arrays (no allocation
+        # per layer call), the C function.
         self._inputs = _capi.new(_capi.LayerInputs)
+        self._inputs_ptr = C.pointer(self._inputs)
+        self._attend = lib.sieve_session_attend
         self._cap = max_batch
         self._seq_ids = (C.c_int32 * max_batch)()
         self._qo = (C.c_int32 * (max_batch + 1))()
         self._positions = (C.c_int32 * 0)()
+        self._inputs.seq_ids, self._inputs.qo_indptr = self._seq_ids, self._qo
+        self._plan = (None, None, None, None)  # (seq_ids, qo_indptr, positions, phase) the arrays hold
 
     def _check(self, status):
         check(status, lib.sieve_session_last_error, self._h)
@@ -126,39 +134,44 @@ class Session(Handle):
         qo_indptr: rows of sequence b are qo_indptr[b]:qo_indptr[b+1]; None: one row per sequence
         in decode, all rows to the single sequence in prefill. positions: absolute position of
         each row; None: right after what the session already took for the sequence in this layer.
+        seq_ids / qo_indptr / positions that are the very objects of the previous call and ints or
+        tuples (one step's plan, reused by every layer) are not converted again.
         ready: (CUDA) the caller checked that the tensors were produced on the session's stream,
-        so the producer is not asked to synchronise (DLPack stream -1; saves its per-tensor check).
+        so the producer is not asked to synchronise (DLPack stream -1). Without it, one
+        synchronisation per call orders the producer's stream before the session's (_dlpack.export_all).
         Returns `out`.
         """
-        s = -1 if ready and self.on_cuda else self._export_stream
         keep = []  # the capsules live until the call returned
-
-        def ptr(t):
-            if t is None:
-                return None
-            capsule, address = _dlpack.export(t, s)
-            keep.append(capsule)
-            return address
-
         inputs = self._inputs
-        inputs.q, inputs.k, inputs.v = ptr(q), ptr(k), ptr(v)
-        inputs.q_pre_rope, inputs.k_pre_rope = ptr(q_pre_rope), ptr(k_pre_rope)
-        out_address = ptr(out)
+        (inputs.q, inputs.k, inputs.v, inputs.q_pre_rope, inputs.k_pre_rope, out_address) = _dlpack.export_all(
+            (q, k, v, q_pre_rope, k_pre_rope, out), -1 if ready and self.on_cuda else self._export_stream, keep)
+        try:
+            inputs.phase = PHASES[phase]
+        except KeyError:
+            raise ValueError("sieve: phase %r is neither 'prefill' nor 'decode'" % (phase,)) from None
+        inputs.layer = layer
+        plan = (seq_ids, qo_indptr, positions, inputs.phase)
+        if not (plan[0] is self._plan[0] and plan[1] is self._plan[1] and plan[2] is self._plan[2]
+                and plan[3] == self._plan[3]):
+            self._set_plan(plan, q)
+        status = self._attend(self._h, self._inputs_ptr, out_address)
+        if status:
+            self._check(status)
+        return out
+
+    def _set_plan(self, plan, q):
+        """Fill the host arrays of a call's sequences, rows and positions (kept for the next call
+        when every part is an int, a tuple or None: immutable, so the same object means the same
+        values; a list may have changed in place)."""
+        seq_ids, qo_indptr, positions, phase = plan
+        inputs = self._inputs
         if isinstance(seq_ids, int):
             seq_ids = (seq_ids,)
         batch = len(seq_ids)
         if batch > self._cap:
             raise ValueError("sieve: %d sequences in one call, the session's max_batch is %d" % (batch, self._cap))
-        inputs.layer = layer
-        try:
-            inputs.phase = PHASES[phase]
-        except KeyError:
-            raise ValueError("sieve: phase %r is neither 'prefill' nor 'decode'" % (phase,)) from None
-        inputs.batch = batch
-        self._seq_ids[:batch] = seq_ids
-        inputs.seq_ids = self._seq_ids
         if qo_indptr is None:
-            if inputs.phase == _capi.PHASE_DECODE:
+            if phase == _capi.PHASE_DECODE:
                 qo_indptr = range(batch + 1)
             elif batch == 1:
                 qo_indptr = (0, q.shape[0])
@@ -167,8 +180,10 @@ class Session(Handle):
         if len(qo_indptr) != batch + 1:
             raise ValueError("sieve: qo_indptr has %d entries for %d sequences (needs batch + 1)"
                              % (len(qo_indptr), batch))
+        self._plan = (None, None, None, None)  # a failure below leaves no plan to reuse
+        inputs.batch = batch
+        self._seq_ids[:batch] = seq_ids
         self._qo[:batch + 1] = [int(x) for x in qo_indptr]
-        inputs.qo_indptr = self._qo
         if positions is None:
             inputs.positions = None
         else:
@@ -179,8 +194,10 @@ class Session(Handle):
                 self._positions = (C.c_int32 * max(n, 2 * len(self._positions)))()
             self._positions[:n] = [int(x) for x in positions]
             inputs.positions = self._positions
-        self._check(lib.sieve_session_attend(self._h, C.byref(inputs), out_address))
-        return out
+        reusable = all(x is None or type(x) in (int, tuple) for x in plan[:3]) and not (
+            plan[1] is None and phase == _capi.PHASE_PREFILL)  # a prefill's default rows follow q
+        if reusable:
+            self._plan = plan
 
     def end_step(self, phase, seq_ids):
         """Every layer of the step ran for `seq_ids`: policies do cross-layer work (eviction)."""

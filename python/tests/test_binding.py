@@ -142,6 +142,38 @@ def test_explicit_positions_equal_the_default_ones(runtime):
         b.attend(0, "prefill", q, k, v, ob, sb, positions=range(5))
 
 
+def test_a_calls_sequences_are_read_again_unless_the_same_immutable_object(runtime):
+    """attend() keeps the previous call's host arrays when seq_ids / qo_indptr / positions are the
+    very same ints or tuples (one step's plan, passed to every layer); a list is read every call
+    (it may have changed in place), and so is a prefill's default rows (they follow q)."""
+    rng = np.random.default_rng(4)
+    s = session(runtime, layers=2)
+    a, b = s.add_sequence(), s.add_sequence()
+    q, k, v = rand(rng, 6, HQ, D), rand(rng, 6, HKV, D), rand(rng, 6, HKV, D)
+    out = np.empty_like(q)
+    ids = [a]
+    s.attend(0, "prefill", q, k, v, out, ids)
+    ids[0] = b
+    s.attend(0, "prefill", q, k, v, out, ids)
+    assert (s.seq_len(0, a), s.seq_len(0, b)) == (6, 6)
+    plan = (a,)
+    s.attend(1, "prefill", q, k, v, out, plan)
+    s.attend(1, "prefill", q[:2], k[:2], v[:2], out[:2], plan)  # same tuple, default rows follow q
+    assert s.seq_len(1, a) == 8
+    both, qo = (a, b), (0, 1, 2)
+    s.attend(0, "decode", q[:2], k[:2], v[:2], out[:2], both, qo_indptr=qo, positions=(6, 6))
+    s.attend(1, "decode", q[:1], k[:1], v[:1], out[:1], both[:1], positions=(8,))
+    assert [s.seq_len(l, x) for l in (0, 1) for x in (a, b)] == [7, 7, 9, 0]
+    with pytest.raises(ValueError, match="3 positions for 2 new rows"):
+        s.attend(0, "decode", q[:2], k[:2], v[:2], out[:2], both, qo_indptr=qo, positions=(7, 7, 7))
+    with pytest.raises(sieve.SieveError, match="sequence id 99 was not added"):
+        s.attend(0, "decode", q[:1], k[:1], v[:1], out[:1], (99,))
+    pos = (7, 7)
+    for _ in range(2):  # after the failures, and the same objects again
+        s.attend(0, "decode", q[:2], k[:2], v[:2], out[:2], both, qo_indptr=qo, positions=pos)
+    assert [s.seq_len(0, x) for x in (a, b)] == [9, 9]
+
+
 def test_raas_eviction_frees_pages(runtime):
     """RaaS keeps at most token_budget tokens a sequence: after end_step the resident length and
     the bytes stop growing while decoding goes on (a dense session keeps growing)."""

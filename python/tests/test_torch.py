@@ -1,6 +1,7 @@
 """torch tensors through the binding: CPU (equal to the numpy path, written in place) and CUDA
-(on torch's current stream, on the session's own stream, on the legacy default stream; each
-ordered with torch's kernels). Skips with a message without torch or without a GPU."""
+(on torch's current stream, on the session's own stream or another torch stream with any of
+q/k/v finished last by torch, on the legacy default stream; each ordered with torch's kernels).
+Skips with a message without torch or without a GPU."""
 import numpy as np
 import pytest
 
@@ -77,15 +78,22 @@ def test_cuda_session_runs_on_torchs_current_stream(runtime):
 
 
 @cuda
-def test_cuda_session_on_its_own_stream_waits_for_torch(runtime):
+@pytest.mark.parametrize("late", ["q", "k", "v"])
+@pytest.mark.parametrize("session_stream", ["its own", "a torch stream not current"])
+def test_cuda_attend_waits_for_the_producers_stream(runtime, session_stream, late):
+    """Tensors produced on torch's current stream, which is not the session's: attend() (no
+    ready=) exports them for the session's stream, and one synchronisation per call (the first
+    torch tensor's) orders all of torch's queued work before the session's kernels, so whichever
+    of q/k/v torch finishes last, Sieve reads it finished (dropping the sync reads NaN)."""
     q, k, v = (x.cuda() for x in inputs())
     torch.cuda.synchronize()
-    s = make(runtime, device="cuda")
+    other = torch.cuda.Stream() if session_stream != "its own" else None
+    s = make(runtime, device="cuda", cuda_stream=other)
     assert s.cuda_stream not in (None, torch.cuda.current_stream().cuda_stream)
-    q_late = _filled_late(torch.cuda.current_stream(), q)
+    given = {"q": q, "k": k, "v": v}
+    given[late] = _filled_late(torch.cuda.current_stream(), given[late])
     out = torch.empty_like(q)
-    # Exported for the session's stream: torch makes it wait for the copy still queued.
-    s.attend(0, "prefill", q_late, k, v, out, s.add_sequence())
+    s.attend(0, "prefill", given["q"], given["k"], given["v"], out, s.add_sequence())
     s.synchronize()
     check_dense(q, k, v, out)
 

@@ -1,5 +1,6 @@
 // core/selection's CUDA kernels against its CPU functions, bit for bit: the batched top-k (ties,
-// -inf/NaN, long rows beyond the shared key buffer, many rows, both score layouts), the fused
+// -inf/NaN, long rows beyond the shared key buffer, many rows, both score layouts, per-segment
+// forced tails), the fused
 // min/max append (incremental over ragged appends, and the catch-up recomputation) and the page
 // bounds (per head and group max; f32, f16 and bf16 pages; both bound kernels). Skipped without a CUDA device.
 #include <cuda_runtime.h>
@@ -74,18 +75,23 @@ TEST(SelectionCuda, TopKMatchesTheCpuBitForBit) {
       const sel::ScoreLayout layout = item_major ? sel::ScoreLayout{H, 1} : sel::ScoreLayout{1, nnz};
       const int32_t k = int32_t(rng() % 200);
       sel::TopKBatch b{scores.data(), layout, seg.data(), segs, H, int32_t(rng() % 3), 1, k};
+      // From iteration 3 on: a forced tail per segment (raas's prompt rows), up to past the end.
+      std::vector<int32_t> tails(static_cast<size_t>(segs));
+      for (int32_t s = 0; s < segs; ++s) tails[size_t(s)] = int32_t(rng() % uint32_t(seg[size_t(s) + 1] - seg[size_t(s)] + 3));
+      if (iter >= 3) b.seg_tail = tails.data();
       const int64_t cap = sel::top_k_capacity_needed(b);
       std::vector<int32_t> indptr(size_t(segs) * H + 1), indices(size_t(cap) + 1, -1),
           scratch(size_t(nnz) + 1);
       const int64_t written = sel::top_k_batch_cpu(b, indptr.data(), indices.data(), scratch.data());
 
       Dev<float> d_scores(scores);
-      Dev<int32_t> d_seg(seg), d_indptr(indptr.size()), d_indices(size_t(cap) + 1);
+      Dev<int32_t> d_seg(seg), d_indptr(indptr.size()), d_indices(size_t(cap) + 1), d_tails(tails);
       Dev<char> d_scratch(sel::top_k_cuda_scratch_bytes(int64_t(segs) * H));
       d_indptr.poison();
       d_indices.poison();
       sel::TopKCudaLaunch a{d_scores.p, layout, d_seg.p, segs, H, b.head, b.tail, b.k,
                             d_scratch.p, d_indptr.p, d_indices.p, cap, nullptr};
+      if (b.seg_tail) a.seg_tail = d_tails.p;
       ASSERT_EQ(sel::launch_top_k_cuda(a), nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto got_indptr = d_indptr.get();

@@ -1,6 +1,6 @@
 // top_k.hpp: every row against a full sort by (score desc, index asc) — ties from a small score
 // alphabet, -inf/NaN items, -0/+0, forced head/tail clipping, the dense rule — and the batch
-// layouts ([nnz, H] and [H, nnz]) against row-by-row calls.
+// layouts ([nnz, H] and [H, nnz]) against row-by-row calls, with per-segment forced tails too.
 #include <gtest/gtest.h>
 #include <sieve/selection/top_k.hpp>
 
@@ -91,6 +91,24 @@ TEST(TopK, KeepsAllWhenTheRowFitsAndNeverPicksMinusInfinity) {
   EXPECT_LT(sel::order_key(-2.f), sel::order_key(-1.f));
 }
 
+// top_k_batch_cpu on `b` against reference() row by row; `by_item` holds b's scores as [nnz, H].
+void expect_rows_match(const sel::TopKBatch& b, const std::vector<float>& by_item) {
+  const int32_t H = b.rows_per_segment;
+  const int64_t cap = sel::top_k_capacity_needed(b);
+  std::vector<int32_t> indptr(size_t(b.n_segments) * H + 1, -1), indices(size_t(cap) + 1, -1), scratch(64);
+  ASSERT_LE(sel::top_k_batch_cpu(b, indptr.data(), indices.data(), scratch.data()), cap);
+  for (int32_t s = 0; s < b.n_segments; ++s)
+    for (int32_t h = 0; h < H; ++h) {
+      const int32_t n = b.seg_indptr[s + 1] - b.seg_indptr[s];
+      std::vector<float> row(static_cast<size_t>(n));
+      for (int32_t j = 0; j < n; ++j) row[size_t(j)] = by_item[size_t(b.seg_indptr[s] + j) * H + size_t(h)];
+      const int32_t r = s * H + h;
+      std::vector<int32_t> got(indices.begin() + indptr[size_t(r)], indices.begin() + indptr[size_t(r) + 1]);
+      EXPECT_EQ(got, reference(row, {n, b.head, sel::segment_tail(b.seg_tail, s, b.tail), b.k}))
+          << "segment " << s << " head " << h;
+    }
+}
+
 TEST(TopK, BatchLayoutsMatchRowByRow) {
   std::mt19937 rng(11);
   const int32_t H = 3;
@@ -108,48 +126,46 @@ TEST(TopK, BatchLayoutsMatchRowByRow) {
     sel::TopKBatch b{item_major ? by_item.data() : by_head.data(),
                      item_major ? sel::ScoreLayout{H, 1} : sel::ScoreLayout{1, nnz},
                      seg.data(), 6, H, 1, 1, 4};
-    const int64_t cap = sel::top_k_capacity_needed(b);
-    std::vector<int32_t> indptr(6 * H + 1, -1), indices(size_t(cap) + 1, -1), scratch(64);
-    ASSERT_LE(sel::top_k_batch_cpu(b, indptr.data(), indices.data(), scratch.data()), cap);
-    for (int32_t s = 0; s < 6; ++s)
-      for (int32_t h = 0; h < H; ++h) {
-        const int32_t n = seg[size_t(s) + 1] - seg[size_t(s)];
-        std::vector<float> row(static_cast<size_t>(n));
-        for (int32_t j = 0; j < n; ++j) row[size_t(j)] = by_item[size_t(seg[size_t(s)] + j) * H + size_t(h)];
-        const int32_t r = s * H + h;
-        std::vector<int32_t> got(indices.begin() + indptr[size_t(r)], indices.begin() + indptr[size_t(r) + 1]);
-        EXPECT_EQ(got, reference(row, {n, 1, 1, 4})) << "segment " << s << " head " << h;
-      }
+    expect_rows_match(b, by_item);
   }
 }
 
 // A batch past the threading threshold (2^15 scored items: rows on OpenMP threads, counts first):
 // every row against the reference, ragged segments (one shorter than its forced items: dense),
-// ties, -inf and NaN.
+// per-segment tails, ties, -inf and NaN.
 TEST(TopK, LargeBatchOnThreadsMatchesTheReference) {
   std::mt19937 rng(5);
   const int32_t H = 8, S = 5;
   std::vector<int32_t> seg = {0};
   for (int32_t s = 0; s < S; ++s) seg.push_back(seg.back() + (s == 2 ? 3 : 1000 + int32_t(rng() % 300)));
+  const std::vector<int32_t> tails = {1, 4, 1, 0, 40};
   const int32_t nnz = seg.back();
   ASSERT_GE(int64_t(nnz) * H, int64_t(1) << 15);
-  std::vector<float> scores(size_t(nnz) * H);
-  for (float& v : scores) {
-    const uint32_t u = rng() % 100;
-    v = u == 0 ? -std::numeric_limits<float>::infinity() : u == 1 ? std::nanf("") : float(rng() % 50);
+  const std::vector<float> scores = random_scores(rng, nnz * H, true);  // [nnz, H]
+  sel::TopKBatch b{scores.data(), sel::ScoreLayout{H, 1}, seg.data(), S, H, 2, 1, 61};
+  expect_rows_match(b, scores);
+  b.seg_tail = tails.data();
+  expect_rows_match(b, scores);
+}
+
+// seg_tail (raas's prompt rows): segment s's rows force their last seg_tail[s] items instead of
+// the batch's tail — 0, inside the row, the whole row and past it — and the capacity follows.
+TEST(TopK, PerSegmentTailsReplaceTheBatchTail) {
+  std::mt19937 rng(12);
+  const int32_t H = 2;
+  const std::vector<int32_t> seg = {0, 9, 9, 30, 42, 50};
+  const std::vector<int32_t> tails = {3, 1, 0, 12, 20};
+  const int32_t nnz = seg.back();
+  const std::vector<float> scores = random_scores(rng, nnz * H, true);  // [nnz, H], ties and -inf/NaN
+  sel::TopKBatch b{scores.data(), sel::ScoreLayout{H, 1}, seg.data(), 5, H, 0, 1, 3};
+  b.seg_tail = tails.data();
+  int64_t want_cap = 0;
+  for (int32_t s = 0; s < 5; ++s) {
+    const int32_t n = seg[size_t(s) + 1] - seg[size_t(s)];
+    want_cap += H * std::min<int64_t>(n, std::min(tails[size_t(s)], n) + 3);
   }
-  const sel::TopKBatch b{scores.data(), sel::ScoreLayout{H, 1}, seg.data(), S, H, 2, 1, 61};
-  std::vector<int32_t> indptr(size_t(S) * H + 1, -1), indices(size_t(sel::top_k_capacity_needed(b)), -1), scratch(1400);
-  const int64_t written = sel::top_k_batch_cpu(b, indptr.data(), indices.data(), scratch.data());
-  ASSERT_EQ(written, indptr.back());
-  for (int32_t s = 0; s < S; ++s)
-    for (int32_t h = 0; h < H; ++h) {
-      const int32_t n = seg[size_t(s) + 1] - seg[size_t(s)], r = s * H + h;
-      std::vector<float> row(static_cast<size_t>(n));
-      for (int32_t j = 0; j < n; ++j) row[size_t(j)] = scores[size_t(seg[size_t(s)] + j) * H + size_t(h)];
-      const std::vector<int32_t> got(indices.begin() + indptr[size_t(r)], indices.begin() + indptr[size_t(r) + 1]);
-      EXPECT_EQ(got, reference(row, {n, 2, 1, 61})) << "segment " << s << " head " << h;
-    }
+  EXPECT_EQ(sel::top_k_capacity_needed(b), want_cap);
+  expect_rows_match(b, scores);
 }
 
 }  // namespace

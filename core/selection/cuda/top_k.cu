@@ -48,7 +48,7 @@ __device__ RowInfo row_info(const TopKCudaLaunch& a, int32_t r) {
   const int32_t s = r / a.rows_per_segment, h = r % a.rows_per_segment;
   const int32_t begin = a.seg_indptr[s];
   RowInfo info;
-  info.c = clip({a.seg_indptr[s + 1] - begin, a.head, a.tail, a.k});
+  info.c = clip({a.seg_indptr[s + 1] - begin, a.head, segment_tail(a.seg_tail, s, a.tail), a.k});
   info.scores = a.scores + int64_t(begin) * a.layout.item_stride + int64_t(h) * a.layout.head_stride;
   info.item_stride = a.layout.item_stride;
   return info;

@@ -45,7 +45,8 @@ int32_t top_k_row(TopKRow row, const float* scores, int64_t stride, int32_t* out
 int64_t top_k_capacity_needed(const TopKBatch& b) {
   int64_t total = 0;
   for (int32_t s = 0; s < b.n_segments; ++s) {
-    const ClippedRow c = clip({b.seg_indptr[s + 1] - b.seg_indptr[s], b.head, b.tail, b.k});
+    const ClippedRow c = clip({b.seg_indptr[s + 1] - b.seg_indptr[s], b.head,
+                               segment_tail(b.seg_tail, s, b.tail), b.k});
     const int64_t per_row = c.keeps_all() ? c.n : int64_t(c.head) + c.tail + c.k;
     total += per_row * b.rows_per_segment;
   }
@@ -63,7 +64,7 @@ int64_t top_k_batch_cpu(const TopKBatch& b, int32_t* indptr, int32_t* indices, i
   const int64_t rows = int64_t(b.n_segments) * H;
   auto row_of = [&](int64_t r) {
     const int32_t s = int32_t(r / H);
-    return TopKRow{b.seg_indptr[s + 1] - b.seg_indptr[s], b.head, b.tail, b.k};
+    return TopKRow{b.seg_indptr[s + 1] - b.seg_indptr[s], b.head, segment_tail(b.seg_tail, s, b.tail), b.k};
   };
   auto scores_of = [&](int64_t r) {
     return b.scores + int64_t(b.seg_indptr[r / H]) * b.layout.item_stride + (r % H) * b.layout.head_stride;

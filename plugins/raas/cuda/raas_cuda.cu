@@ -156,6 +156,14 @@ const char* StampMirror::copy_async(size_t offset, const void* device_src, size_
   return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
 }
 
+const char* StampMirror::upload_async(size_t offset, void* device_dst, size_t bytes, void* stream) noexcept {
+  if (error_) return error_;
+  if (bytes == 0) return nullptr;
+  const cudaError_t e = cudaMemcpyAsync(device_dst, static_cast<const char*>(host_) + offset, bytes,
+                                        cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
+  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+}
+
 const char* StampMirror::wait() noexcept {
   if (error_) return error_;
   const cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(event_));

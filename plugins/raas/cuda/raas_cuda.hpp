@@ -46,9 +46,10 @@ const char* launch_mark_rows(const MarkRowsLaunch& a) noexcept;
 // Zero `bytes` device bytes on the stream.
 const char* zero_async(void* device_ptr, size_t bytes, void* stream) noexcept;
 
-// Host memory (from the host's allocator) registered with CUDA as pinned so device-to-host
-// copies into it are asynchronous, plus one event recorded after each copy. The host reads the
-// memory only after wait().
+// Host memory (from the host's allocator) registered with CUDA as pinned so copies to and from
+// it are asynchronous, plus one event recorded after each device-to-host copy. The host reads the
+// memory only after wait(), and rewrites a range it uploaded only after a wait() that followed
+// the upload on the stream.
 class StampMirror {
  public:
   StampMirror() = default;
@@ -63,6 +64,8 @@ class StampMirror {
   const char* error() const noexcept { return error_; }  // NULL when usable
   // Enqueue a copy of `bytes` device bytes to host + offset, then record the event.
   const char* copy_async(size_t offset, const void* device_src, size_t bytes, void* stream) noexcept;
+  // Enqueue a copy of `bytes` bytes at host + offset to device_dst (no event).
+  const char* upload_async(size_t offset, void* device_dst, size_t bytes, void* stream) noexcept;
   // Wait on the host for the last recorded event (every copy enqueued so far).
   const char* wait() noexcept;
 

@@ -74,7 +74,7 @@ class SieveCache(Cache):
         self.max_length = int(max_length)
         super().__init__(layers=[_Layer(self.max_length) for _ in range(binding.geometry["n_layers"])])
         self.session = None
-        self.seq_ids = []
+        self.seq_ids = ()
         self.trace = None  # a list: every layer call's inputs and output are appended (tests, debugging)
         self._pending = (None, None)
         self._step = None  # this forward's call plan (_begin_forward)
@@ -118,14 +118,15 @@ class SieveCache(Cache):
                                      page_size=b.page_size, kv_dtype=like.dtype, device=str(like.device),
                                      chain=b.chain, kv_store=b.kv_store, check_outputs=b.check_outputs,
                                      cuda_stream=stream)
-        self.seq_ids = [self.session.add_sequence() for _ in range(batch)]
+        self.seq_ids = tuple(self.session.add_sequence() for _ in range(batch))
         self._next_position = [0] * batch  # of each sequence's next token (host side: no sync in decode)
         self._stream = self.session.cuda_stream
         for layer in self.layers:
             layer.batch_size = batch
 
     def _begin_forward(self, batch, length, mask, position_ids, like):
-        """The call plan shared by every layer of this forward: phase, sequences, rows, positions."""
+        """The call plan shared by every layer of this forward: phase, sequences, rows, positions
+        (tuples: the binding converts them once per forward, not once per layer), the output."""
         if self.session is None:
             self._create_session(batch, like)
         elif batch != len(self.seq_ids):
@@ -140,34 +141,42 @@ class SieveCache(Cache):
                 raise RuntimeError("sieve.transformers: torch's current CUDA stream (%#x) is not the one the "
                                    "session was created on (%#x); generate on one stream" % (current, self._stream))
         decode = length == 1 and self.layers[0].length > 0
-        step = {"phase": "decode" if decode else "prefill", "rows": None, "positions": None}
+        step = {"phase": "decode" if decode else "prefill", "rows": None, "positions": None, "out": None}
         nxt = self._next_position
         if decode:
             # Every row takes its token, one past its last position: transformers' position_ids
-            # (the padding mask's running count under generate) advance the same way.
-            step["seqs"], step["qo"], step["positions"] = self.seq_ids, range(batch + 1), list(nxt)
+            # (the padding mask's running count under generate) advance the same way. qo None:
+            # the binding's default, one row per sequence.
+            step["seqs"], step["qo"], step["positions"] = self.seq_ids, None, tuple(nxt)
             self._next_position = [p + 1 for p in nxt]
         else:
             real = mask.cpu() if mask is not None else torch.ones(batch, length, dtype=torch.bool)
             counts = real.sum(1).tolist()
-            step["seqs"] = [s for s, n in zip(self.seq_ids, counts) if n]
+            step["seqs"] = tuple(s for s, n in zip(self.seq_ids, counts) if n)
             qo = [0]
             for n in counts:
                 if n:
                     qo.append(qo[-1] + n)
-            step["qo"] = qo
+            step["qo"] = tuple(qo)
             flat = real.reshape(-1)
             if not bool(flat.all()):
                 step["rows"] = flat.nonzero().reshape(-1).to(like.device)
             if position_ids is not None:
                 pos = position_ids.expand(batch, length).cpu()
-                step["positions"] = pos.reshape(-1)[flat].tolist()
+                step["positions"] = tuple(pos.reshape(-1)[flat].tolist())
                 for b, n in enumerate(counts):
                     if n:
                         nxt[b] = int(pos[b][real[b]].max()) + 1
             else:
                 for b, n in enumerate(counts):
                     nxt[b] += n
+        if decode and self.trace is None and not torch.is_grad_enabled():
+            # One output buffer for every layer of the step: layer l's output is consumed by its
+            # o_proj (queued on the same stream) before layer l + 1's kernels write the buffer, and
+            # nothing keeps it without autograd or a trace. Saves an allocation per layer.
+            hq, d = like.shape[1], like.shape[3]
+            step["out"] = torch.empty(batch, hq, d, dtype=like.dtype, device=like.device)
+            step["out_view"] = step["out"].view(batch, 1, hq, d)
         self._step = step
 
     def attend(self, layer, query, key, value, mask, position_ids):
@@ -178,19 +187,24 @@ class SieveCache(Cache):
         step = self._step
         if step is None:
             raise RuntimeError("sieve.transformers: layer %d ran before layer 0 in this forward" % layer)
-        # [B, H, S, D] -> [B*S, H, D]: a view when S == 1 (decode), one copy otherwise.
-        q = query.transpose(1, 2).reshape(batch * length, hq, d).contiguous()
-        k = key.transpose(1, 2).reshape(batch * length, key.shape[1], d).contiguous()
-        v = value.transpose(1, 2).reshape(batch * length, value.shape[1], d).contiguous()
+        if length == 1:  # [B, H, 1, D] -> [B, H, D]: a view (transformers' layout is [B, 1, H, D])
+            q = query.reshape(batch, hq, d).contiguous()
+            k = key.reshape(batch, key.shape[1], d).contiguous()
+            v = value.reshape(batch, value.shape[1], d).contiguous()
+        else:  # [B, H, S, D] -> [B*S, H, D]: one copy
+            q = query.transpose(1, 2).reshape(batch * length, hq, d).contiguous()
+            k = key.transpose(1, 2).reshape(batch * length, key.shape[1], d).contiguous()
+            v = value.transpose(1, 2).reshape(batch * length, value.shape[1], d).contiguous()
         rows = step["rows"]
         if rows is not None:
             q, k, v = q.index_select(0, rows), k.index_select(0, rows), v.index_select(0, rows)
-        out = torch.empty_like(q)
+        buffer = step["out"]
+        out = torch.empty_like(q) if buffer is None else buffer
         self.session.attend(layer, step["phase"], q, k, v, out, step["seqs"], qo_indptr=step["qo"],
                             positions=step["positions"], ready=True)
         if rows is not None:
             out = torch.zeros(batch * length, hq, d, dtype=out.dtype, device=out.device).index_copy_(0, rows, out)
-        out = out.view(batch, length, hq, d)
+        out = out.view(batch, length, hq, d) if buffer is None else step["out_view"]
         if self.trace is not None:
             self.trace.append(dict(layer=layer, phase=step["phase"], query=query, key=key, value=value, mask=mask,
                                    position_ids=position_ids, out=out))

@@ -203,6 +203,11 @@ TEST_F(Raas, RefusesBadInputWithAStatusAndAMessage) {
   EXPECT_THAT(error, HasSubstr("token_budget = 2 is below one page"));
   r.token_budget = 16;
   r.prefill_quest = true;
+  r.prefill_budget = 2;
+  EXPECT_NE(create(r, &error), SIEVE_OK);
+  EXPECT_THAT(error, HasSubstr("prefill_budget = 2 is below one page (page_size = 4)"));
+  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << "one reason, one line: " << error;
+  r.prefill_budget = 8;
   r.pin_prefill = false;
   EXPECT_NE(create(r, &error), SIEVE_OK);
   EXPECT_THAT(error, HasSubstr("pin_prefill"));

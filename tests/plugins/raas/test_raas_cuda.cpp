@@ -6,23 +6,34 @@
 // sequence) — the stores share their page allocator, so equal page lists mean the same stamps and
 // the same evictions — and the same bytes_in_use, which stop growing once every sequence reached
 // the budget. A CPU run that never stamps (alpha = 1) evicts differently, so the stamps matter.
-// Hooks allocate nothing on the CUDA side. Skips without a CUDA device (the descriptor test runs).
+// Hooks allocate nothing on the CUDA side. With prefill_policy=quest both runners also record the
+// selection each layer's attention used: at every decode step the CUDA one equals the CPU one,
+// both equal the reference (quest_reference.hpp: Quest from the raw keys over each sequence's
+// prompt pages, then every decode page), and both outputs are the f64 attention of that selection
+// within the rounding bound of their arithmetic (attention_tolerance.hpp).
+// Skips without a CUDA device (the descriptor test runs).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <sieve/kernels/attention_args.hpp>
 #include <sieve/kv/paged_store.hpp>
+#include <sieve/reference/attention_ref.hpp>
 #include <sieve/runtime/chain_spec.hpp>
+#include <sieve/runtime/host_copy.hpp>
 #include <sieve/runtime/host_services.hpp>
 #include <sieve/runtime/layer_runner.hpp>
 #include <sieve/runtime/registry.hpp>
 #include <sieve/util/tensor.hpp>
 
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../quest/quest_reference.hpp"
 #include "../support/chain_session.hpp"
 #include "../support/cuda_device.hpp"
+#include "common/attention_tolerance.hpp"
 
 namespace {
 
@@ -80,7 +91,7 @@ struct Side {
   std::vector<int32_t> ids;
   std::unique_ptr<LayerRunner> runner;
 
-  Side(DLDevice dev, DLDataType dtype, const std::string& chain) : device(dev) {
+  Side(DLDevice dev, DLDataType dtype, const std::string& chain, bool record = false) : device(dev) {
     services = std::make_unique<HostServices>(dev);
     const sieve_geometry g = geometry(dtype, dev);
     const ChainSpec spec = sieve::testing::parse_chain(chain);
@@ -100,6 +111,7 @@ struct Side {
     for (auto& id : ids) EXPECT_EQ(api->add_sequence(store, &id), SIEVE_OK);
     LayerRunner::Options o;
     o.check = dev.device_type == kDLCPU;  // the CUDA side: no host copies between the hooks
+    o.record_selections = record;         // a host copy of each layer's selection (synchronises)
     runner = std::make_unique<LayerRunner>(*services, g, store, api, std::move(chains), o);
   }
   ~Side() {
@@ -121,6 +133,13 @@ struct Side {
       std::copy_n(static_cast<const int32_t*>(v.indices.data), out.size(), out.data());
     }
     return out;
+  }
+  // Every sequence's pages of `layer` (the CPU store: host tensors).
+  sieve_paged_kv view(int32_t layer) {
+    sieve_paged_kv v{};
+    v.hdr = SIEVE_HEADER_INIT(sieve_paged_kv);
+    EXPECT_EQ(api->view(store, layer, ids.data(), kBatch, &v), SIEVE_OK) << api->last_error(store);
+    return v;
   }
   uint64_t bytes() const {
     uint64_t b = 0;
@@ -145,9 +164,12 @@ struct StepTokens {
 
 // Run one step (every layer, then end_step) on `side` with the given tokens per layer. The CUDA
 // side's inputs are uploaded first and the stream is synchronised only after end_step, as a
-// decode loop would (it reads the logits back after the step).
+// decode loop would (it reads the logits back after the step). `after_layer` (CPU side) sees each
+// layer's output before end_step evicts; `outputs` receives host copies of them.
+using AfterLayer = std::function<void(int32_t layer, DLTensor& out)>;
 void run_step(Side& side, uint32_t phase, uint64_t step, const std::vector<int32_t>& qo,
-              const std::vector<int32_t>& positions, std::vector<StepTokens>& tokens) {
+              const std::vector<int32_t>& positions, std::vector<StepTokens>& tokens,
+              const AfterLayer& after_layer = {}, std::vector<sieve::HostTensor>* outputs = nullptr) {
   const int32_t n = qo.back();
   sieve::HostTensor qo_host({int64_t(kBatch) + 1}, sieve::kI32);
   for (int32_t b = 0; b <= kBatch; ++b) static_cast<int32_t*>(qo_host.dl().data)[b] = qo[size_t(b)];
@@ -178,10 +200,31 @@ void run_step(Side& side, uint32_t phase, uint64_t step, const std::vector<int32
     DLTensor* out = cuda ? &dev[size_t(L) * 4 + 3]->t : &outs[size_t(L)].dl();
     std::string err;
     ASSERT_EQ(side.runner->run_layer(in, out, &err), SIEVE_OK) << err;
+    if (after_layer) after_layer(L, *out);
   }
   std::string err;
   ASSERT_EQ(side.runner->end_step(phase, step, side.ids.data(), kBatch, &err), SIEVE_OK) << err;
   ASSERT_TRUE(side.services->synchronize(&err)) << err;  // before the inputs are freed
+  for (int32_t L = 0; cuda && L < kLayers; ++L) {
+    ASSERT_EQ(cudaMemcpy(outs[size_t(L)].dl().data, dev[size_t(L) * 4 + 3]->p,
+                         size_t(outs[size_t(L)].numel()) * sieve::dtype_bytes(outs[size_t(L)].dl().dtype),
+                         cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  if (outputs) *outputs = std::move(outs);
+}
+
+std::vector<std::vector<int32_t>> rows_of(const SelectionSnapshot& s) {
+  std::vector<std::vector<int32_t>> rows;
+  for (int32_t r = 0; r < s.n_rows; ++r)
+    rows.emplace_back(s.indices.begin() + s.indptr[size_t(r)], s.indices.begin() + s.indptr[size_t(r) + 1]);
+  return rows;
+}
+
+// The largest |got - ref| over the elements of an output.
+double max_error(const sieve::HostTensor& got, const std::vector<double>& ref) {
+  double e = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) e = std::max(e, std::abs(double(got.get(i)) - ref[size_t(i)]));
+  return e;
 }
 
 struct Case {
@@ -190,6 +233,7 @@ struct Case {
   std::string budget;  // token_budget, pin_prefill
   std::string mode;    // alpha / top_ratio ("" = defaults)
   bool stamps_matter;  // a never-stamping run (alpha = 1) evicts other pages
+  int32_t prompt_budget_pages = 0;  // > 0: `budget` sets prefill_policy=quest with this many pages
 };
 
 class RaasCuda : public ::testing::TestWithParam<Case> {
@@ -202,12 +246,18 @@ class RaasCuda : public ::testing::TestWithParam<Case> {
 TEST_P(RaasCuda, StampsAndEvictsTheSamePagesAsTheCpu) {
   const Case& c = GetParam();
   const std::string chain = "*=raas(" + c.budget + (c.mode.empty() ? "" : ", " + c.mode) + ")";
-  Side cpu(sieve::kCpu, c.dtype, chain), dev(DLDevice{kDLCUDA, 0}, c.dtype, chain);
+  const bool prompt_quest = c.prompt_budget_pages > 0;
+  Side cpu(sieve::kCpu, c.dtype, chain, prompt_quest), dev(DLDevice{kDLCUDA, 0}, c.dtype, chain, prompt_quest);
   Side fifo(sieve::kCpu, c.dtype, "*=raas(" + c.budget + ", alpha=1)");  // never stamps
   ASSERT_TRUE(cpu.runner && dev.runner && fifo.runner);
 
   std::mt19937 rng(2026);
   const std::vector<int32_t> prompt = {20, 50, 100};  // ragged: 2, 4 and 7 pinned pages
+  const std::vector<int32_t> prompt_pages = {2, 4, 7};
+  // The f64 reference's rounding bound: the kernels sum in f32; 16-bit pages may also narrow the
+  // softmax weights before P.V (tensor-core operands).
+  const double u_weights = c.dtype.bits == 16 ? sieve::tolerance::unit_roundoff(c.dtype) : 0.0;
+  int checked_steps = 0;
   std::vector<int32_t> len(kBatch, 0);
   const int decode_steps = 170;
   std::vector<uint64_t> bytes;
@@ -230,9 +280,42 @@ TEST_P(RaasCuda, StampsAndEvictsTheSamePagesAsTheCpu) {
     std::vector<StepTokens> tokens;
     for (int32_t L = 0; L < kLayers; ++L) tokens.emplace_back(qo.back(), c.dtype, rng, salience);
     if (step == 2) allocs_before = dev.hook_allocations();
-    for (Side* s : {&dev, &cpu, &fifo}) {
-      run_step(*s, phase, uint64_t(step), qo, positions, tokens);
-      if (HasFatalFailure()) return;
+    // prefill_policy=quest, decode: the CPU selection against the reference, then the f64
+    // attention of that selection against the CPU output (before end_step evicts).
+    std::vector<std::vector<double>> ref_out(kLayers);
+    std::vector<double> bound(kLayers, 0.0);
+    AfterLayer check_cpu = [&](int32_t L, DLTensor& out) {
+      sieve_paged_kv v = cpu.view(L);
+      const SelectionSnapshot& snap = cpu.runner->selection_used(L);
+      ASSERT_EQ(snap.kind, uint32_t(SIEVE_SEL_BLOCKS)) << "step " << step << ", layer " << L;
+      ASSERT_EQ(snap.heads, uint32_t(SIEVE_SEL_PER_Q_HEAD));
+      ASSERT_EQ(rows_of(snap), sieve::testing::quest_reference(v, tokens[size_t(L)].q.dl(), 8, c.prompt_budget_pages,
+                                                               false, &prompt_pages))
+          << "step " << step << ", layer " << L;
+      sieve::HostTensor qo_host({int64_t(kBatch) + 1}, sieve::kI32);
+      for (int32_t b = 0; b <= kBatch; ++b) static_cast<int32_t*>(qo_host.dl().data)[b] = qo[size_t(b)];
+      sieve::runtime::HostSelection sel;
+      selection_to_host(snap, &sel);
+      sieve_attention_args args = sieve::kernels::make_attention_args(
+          SIEVE_PHASE_DECODE, 8, 2, 64, &tokens[size_t(L)].q.dl(), &out, &qo_host.dl(), qo.data(), &v);
+      args.selection = sel.get();
+      ref_out[size_t(L)] = sieve::reference::attend_reference(args).out;
+      bound[size_t(L)] = sieve::tolerance::attention_bound(args, sieve::tolerance::kF32, u_weights).element;
+    };
+    std::vector<sieve::HostTensor> cpu_out, dev_out;
+    const bool check = prompt_quest && phase == SIEVE_PHASE_DECODE;
+    run_step(dev, phase, uint64_t(step), qo, positions, tokens, {}, &dev_out);
+    if (HasFatalFailure()) return;
+    run_step(cpu, phase, uint64_t(step), qo, positions, tokens, check ? check_cpu : AfterLayer{}, &cpu_out);
+    if (HasFatalFailure()) return;
+    run_step(fifo, phase, uint64_t(step), qo, positions, tokens);
+    if (HasFatalFailure()) return;
+    for (int32_t L = 0; check && L < kLayers; ++L) {
+      ASSERT_EQ(rows_of(dev.runner->selection_used(L)), rows_of(cpu.runner->selection_used(L)))
+          << "step " << step << ", layer " << L;
+      EXPECT_LE(max_error(cpu_out[size_t(L)], ref_out[size_t(L)]), bound[size_t(L)]) << "CPU, step " << step;
+      EXPECT_LE(max_error(dev_out[size_t(L)], ref_out[size_t(L)]), bound[size_t(L)]) << "CUDA, step " << step;
+      checked_steps += L == 0;
     }
     for (int32_t L = 0; L < kLayers; ++L)
       for (int32_t b = 0; b < kBatch; ++b) {
@@ -247,19 +330,24 @@ TEST_P(RaasCuda, StampsAndEvictsTheSamePagesAsTheCpu) {
   if (c.stamps_matter) {
     EXPECT_TRUE(differs_from_fifo) << "the stamps never changed an eviction";
   }
+  EXPECT_EQ(checked_steps, prompt_quest ? decode_steps : 0);
   // After the prompt: 2 + 4 + 7 pages per layer. From step 109 on (the shortest sequence reached
   // 128 tokens) every sequence holds exactly its budget after end_step: resident bytes stop growing.
+  // With prefill_policy=quest the budget counts decode pages only, after the pinned prompt pages
+  // (the last of which the first decode tokens fill): from step 127 on (the 50-token prompt's
+  // sequence reached 64 + 7 x 16 + 1 tokens) each holds its prompt pages + the budget.
   const uint64_t page_bytes = bytes[0] / (uint64_t(kLayers) * 13);
   ASSERT_EQ(bytes[0], page_bytes * kLayers * 13);
-  for (size_t s = 110; s < bytes.size(); ++s)
-    ASSERT_EQ(bytes[s], page_bytes * kLayers * kBatch * kBudgetPages) << "step " << s << ": not at the budget";
+  const uint64_t resident = prompt_quest ? 13 + kBatch * kBudgetPages : kBatch * kBudgetPages;
+  for (size_t s = prompt_quest ? 128 : 110; s < bytes.size(); ++s)
+    ASSERT_EQ(bytes[s], page_bytes * kLayers * resident) << "step " << s << ": not at the budget";
   uint64_t dense_pages = 0;
   for (int32_t b = 0; b < kBatch; ++b) dense_pages += uint64_t(len[size_t(b)] + kPage - 1) / kPage;
   EXPECT_GT(dense_pages * 2, uint64_t(kBatch) * kBudgetPages * 3) << "the run is too short to show the budget";
 }
 
-// Runs without a GPU: the CUDA build declares CUDA, and refuses what only the CPU path does.
-TEST(RaasCudaDescriptor, AcceptsACudaGeometryButNotPrefillQuestThere) {
+// Runs without a GPU: the CUDA build declares CUDA, with every mode, and refuses a bad option there.
+TEST(RaasCudaDescriptor, AcceptsACudaGeometryWithEveryMode) {
   const sieve_geometry g = geometry(sieve::kBF16, DLDevice{kDLCUDA, 0});
   auto resolve = [&](const std::string& text, std::vector<std::string>* errors) {
     const ChainSpec spec = sieve::testing::parse_chain(text);
@@ -269,9 +357,14 @@ TEST(RaasCudaDescriptor, AcceptsACudaGeometryButNotPrefillQuestThere) {
   std::vector<std::string> errors;
   EXPECT_TRUE(resolve("*=raas(token_budget=128, top_ratio=0.1)", &errors)) << (errors.empty() ? "" : errors[0]);
   errors.clear();
-  EXPECT_FALSE(resolve("*=raas(token_budget=128, prefill_policy=quest, prefill_budget=64)", &errors));
-  ASSERT_FALSE(errors.empty());
-  EXPECT_NE(errors[0].find("prefill_policy = quest runs on the CPU only"), std::string::npos) << errors[0];
+  EXPECT_TRUE(resolve("*=raas(token_budget=128, prefill_policy=quest, prefill_budget=64)", &errors))
+      << (errors.empty() ? "" : errors[0]);
+  // A bad option is refused on CUDA as on the CPU: one line naming it.
+  errors.clear();
+  EXPECT_FALSE(resolve("*=raas(token_budget=128, prefill_policy=quest, prefill_budget=8)", &errors));
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("prefill_budget = 8 is below one page (page_size = 16)"), std::string::npos) << errors[0];
+  EXPECT_EQ(errors[0].find('\n'), std::string::npos) << errors[0];
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -280,7 +373,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"bf16_alpha", sieve::kBF16, "token_budget=128", "alpha=0.02", true},
                       Case{"bf16_default_alpha", sieve::kBF16, "token_budget=128", "", false},
                       Case{"f32_top_ratio", sieve::kF32, "token_budget=128", "top_ratio=0.25", true},
-                      Case{"bf16_unpinned", sieve::kBF16, "token_budget=128, pin_prefill=false", "alpha=0.05", true}),
+                      Case{"bf16_unpinned", sieve::kBF16, "token_budget=128, pin_prefill=false", "alpha=0.05", true},
+                      // Prompt budget 3 pages: the 2-page prompt is attended whole, the others by Quest.
+                      Case{"f32_prompt_quest", sieve::kF32, "token_budget=128, prefill_policy=quest, prefill_budget=48",
+                           "alpha=0.02", true, 3},
+                      Case{"bf16_prompt_quest_top_ratio", sieve::kBF16,
+                           "token_budget=128, prefill_policy=quest, prefill_budget=48", "top_ratio=0.25", true, 3}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -89,7 +89,15 @@ struct TopKBatch {
   int32_t n_segments;
   int32_t rows_per_segment;   // H
   int32_t head, tail, k;      // the same for every row
+  // Optional [n_segments]: the rows of segment s keep their last seg_tail[s] items instead of
+  // `tail` (e.g. raas's prompt Quest: the last prompt page and every decode page after it).
+  const int32_t* seg_tail = nullptr;
 };
+
+// The forced tail of segment s's rows: seg_tail[s] when given, else the batch's tail.
+SIEVE_SELECTION_HD int32_t segment_tail(const int32_t* seg_tail, int32_t s, int32_t tail) {
+  return seg_tail ? seg_tail[s] : tail;
+}
 
 // Upper bound of the entries the batch writes (host side, from the segment sizes).
 int64_t top_k_capacity_needed(const TopKBatch& b);

@@ -31,6 +31,7 @@ struct TopKCudaLaunch {
   void* stream;               // cudaStream_t
   int32_t max_row_items = 0;  // optional hint: the longest row (sizes the shared key buffer;
                               // longer rows stay correct, read from global memory). 0: unknown
+  const int32_t* seg_tail = nullptr;  // optional device [n_segments]: TopKBatch::seg_tail
 };
 
 size_t top_k_cuda_scratch_bytes(int64_t max_rows) noexcept;
