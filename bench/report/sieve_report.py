@@ -27,6 +27,9 @@ import matplotlib.pyplot as plt
 
 from report_util import HERE, SOURCE, Runner, caption, cpu_name, fmt, md_table
 from report_gpu import load_gpu_results, policy_records, speed_gpu, targets
+from report_cpu import CPU_SECTION, DEFAULT_POLICY_JSON, newest_suite_json, policy_rows
+from report_cpu import section as cpu_section
+from report_cpu import update_readme as update_cpu_readme
 from report_longctx import DEFAULT_JSON, LONGCTX_FIGURES, LONGCTX_SECTION, longctx_section, update_readme
 
 # Sections the README always has, in order (the CI check looks for each).
@@ -35,7 +38,7 @@ SECTIONS = [
     "## Prefill policies on the real model",
     "## Prefill policies on synthetic long contexts",
     "## Memory: resident KV bytes against decode length",
-    "## Speed on the CPU",
+    CPU_SECTION,
     "## Speed on the GPU machine",
     "## Targets and where we fall short",
     LONGCTX_SECTION,
@@ -233,8 +236,8 @@ def memory(r, cfg, prof, available, out_dir, notes):
 # ---- Speed ----------------------------------------------------------------------------------------
 
 def speed_cpu(r, cfg, prof, available, out_dir, notes):
+    """Runs the CPU policy benchmark; returns its table (report_cpu.policy_rows) and commands."""
     b = prof["cpu_bench"]
-    commands, rows = [], []
     chains = []
     for pol in cfg["cpu_speed_policies"]:
         if pol["plugin"] in available:
@@ -245,46 +248,19 @@ def speed_cpu(r, cfg, prof, available, out_dir, notes):
     args = [r.bench, "--policy", "--device", "cpu", "--phase", "decode", "--layers", str(b["layers"]),
             "--hq", str(b["hq"]), "--hkv", str(b["hkv"]), "--d", str(b["d"]), "--page", "16", "--dtype", "f32",
             "--ctx", b["ctx"], "--batch", b["batch"], f"--json={policy_json}"] + chains
-    pts = {}
+    pj, commands = {}, []
     try:
         # One thread: timings of a shared 2-core machine stay comparable (no OpenMP barrier waiting
         # on a descheduled thread), as docs/results/policy-step-cpu.md measures.
         _, cmd, _ = r.run(args, "CPU policy benchmark", env={"OMP_NUM_THREADS": "1"})
         commands.append(cmd)
         pj = json.load(open(policy_json))
-        for c in policy_records(pj):
-            if c.get("chain") == "dense" or c.get("step_ms") is None:
-                continue  # dense is each row's own baseline column
-            rows.append([f"`{c['chain']}`", c.get("context"), c.get("batch"), c.get("step_ms"),
-                         c.get("dense_step_ms"), c.get("speedup_vs_dense"), c.get("core_ms"),
-                         c.get("selection_overhead_ms"), c.get("attended_fraction")])
-            pts.setdefault((c["chain"], c.get("batch")), []).append(
-                (c.get("context"), c.get("dense_step_ms"), c.get("step_ms")))
     except (RuntimeError, OSError, ValueError) as e:
         notes.append(f"CPU speed: policy benchmark failed: {e}")
     finally:
         if os.path.exists(policy_json):
             os.remove(policy_json)  # the numbers are in the README table
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    dense_done = set()
-    for (label, batch), p in sorted(pts.items(), key=lambda kv: str(kv[0])):
-        p = sorted(p)
-        if batch not in dense_done:
-            ax.plot([x[0] for x in p], [x[1] for x in p], "k--", marker="s", label=f"dense bs{batch}")
-            dense_done.add(batch)
-        ax.plot([x[0] for x in p], [x[2] for x in p], marker="o", label=f"{label} bs{batch}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context tokens")
-    ax.set_ylabel("decode step ms (append + policy + attention)")
-    ax.set_title("CPU decode step, policies vs dense", fontsize=9)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "speed_cpu.png"), dpi=110)
-    plt.close(fig)
-    table = md_table(["chain", "ctx", "batch", "step ms", "dense ms", "speed-up", "core-only ms",
-                      "selection overhead ms", "attended"], rows)
-    return table, commands
+    return policy_rows(pj, out_dir), commands
 
 
 # ---- Assemble -------------------------------------------------------------------------------------
@@ -358,11 +334,7 @@ def write_report(a):
         "all 5 layers); the table samples the trace.",
         "", "![memory](memory.png)", "", mem_table, "",
         caption(mem_cmds, device, date),
-        SECTIONS[4], "",
-        "`sieve_bench --policy` on the CPU: a whole decode step (append + policy hooks + core attention), "
-        "median over steps; dense = the same store with no chain.",
-        "", "![CPU speed](speed_cpu.png)", "", cpu_table, "",
-        caption(cpu_cmds, device, date),
+        cpu_section(a.cpu_suite_json, cpu_table, caption(cpu_cmds, device, date), notes),
         SECTIONS[5], "",
         "![GPU decode](speed_gpu_decode.png)", "", "![GPU prefill](speed_gpu_prefill.png)", "",
         gpu_text or "No GPU results were given.", "",
@@ -425,6 +397,16 @@ def main():
     ap.add_argument("--update-longctx", action="store_true",
                     help="only rewrite the long-context section of the README in --out from --longctx-json "
                          "(the other sections keep their measurements; no tool runs)")
+    ap.add_argument("--cpu-suite-json", default=newest_suite_json(),
+                    help="the CPU kernel suite bench/results/cpu_speed.sh wrote (default: the newest "
+                         "docs/bench/cpu-2core-*.json)")
+    ap.add_argument("--cpu-policy-json", default=DEFAULT_POLICY_JSON,
+                    help="with --update-cpu: the CPU policy step (default: docs/results/policy-step-cpu.json, "
+                         "bench/results/policy_cpu.sh)")
+    ap.add_argument("--update-cpu", action="store_true",
+                    help="only rewrite the CPU speed section of the README in --out (and speed_cpu.png) from "
+                         "--cpu-suite-json and --cpu-policy-json (the other sections keep their measurements; "
+                         "no tool runs)")
     ap.add_argument("--check", metavar="DIR", help="only verify a written report in DIR")
     ap.add_argument("--verbose", action="store_true", help="print each command")
     a = ap.parse_args()
@@ -433,6 +415,14 @@ def main():
     if a.update_longctx:
         for n in update_readme(a.out, a.longctx_json, SECTIONS[3]):
             print(f"sieve_report: {n}", file=sys.stderr)
+        return 0
+    if a.update_cpu:
+        try:
+            for n in update_cpu_readme(a.out, a.cpu_suite_json, a.cpu_policy_json):
+                print(f"sieve_report: {n}", file=sys.stderr)
+        except (RuntimeError, OSError, ValueError, KeyError) as e:
+            print(f"sieve_report: --update-cpu: {e}", file=sys.stderr)
+            return 1
         return 0
     try:
         return write_report(a)

@@ -3,17 +3,21 @@
 # load above ~2 every OpenMP region waits for its second thread to be scheduled and the numbers
 # are not the kernels'). Writes, with today's UTC date:
 #   docs/bench/cpu-2core-DATE.json / .txt   sieve_bench's CPU suite: dense, 90% sparse and portable
-#                                           decode (32q/8kv d128, bs 1/4, 8K/32K, f32/bf16) against
-#                                           memcpy and the read-only ceilings, and prefill (one
-#                                           causal 4K prompt) against OpenBLAS sgemm, all measured
-#                                           in the same process
-#   docs/results/policy-step-cpu.{json,md}  the policy step (bench/results/policy_cpu.sh)
+#                                           decode (32q/8kv d128, bs 1/4, 8K/32K, f32/bf16), each
+#                                           sample against a memcpy and a read-only stream run right
+#                                           before it, and prefill (one causal 4K prompt) against
+#                                           OpenBLAS sgemm, all in the same process
+#   docs/results/policy-step-cpu.{json,md}  the policy step and the selection micro-benchmarks
+#                                           (bench/results/policy_cpu.sh)
 #   docs/bench/README.md                    the measured part of its CPU section (between the
 #                                           cpu_speed.sh markers; bench/results/cpu_section.py)
+#   docs/report/README.md, speed_cpu.png    the report's CPU speed section (sieve_report.py
+#                                           --update-cpu; needs python3 with matplotlib, Debian's
+#                                           /usr/bin/python3 with python3-matplotlib)
 # 2 threads unless OMP_NUM_THREADS says otherwise (OpenBLAS gets the same count).
 #
-#   bench/results/cpu_speed.sh [BUILD_DIR]   (default build; needs sieve_bench, seer_random_gate
-#                                            and the plugins: cmake --build BUILD_DIR)
+#   bench/results/cpu_speed.sh [BUILD_DIR]   (default build; needs sieve_bench, seer_random_gate,
+#                                            sieve_selection_bench and the plugins: cmake --build BUILD_DIR)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -50,4 +54,13 @@ LOAD_AFTER="$(load)"
 INFO="Run **$START UTC** by \`bench/results/cpu_speed.sh\` at $(git -C "$ROOT" rev-parse --short HEAD) on $(machine), $OMP_NUM_THREADS threads; load average (1 / 5 / 15 min) before: $LOAD_BEFORE, after: $LOAD_AFTER; suite $T_SUITE s, whole run $((SECONDS - T0)) s"
 python3 "$ROOT/bench/results/cpu_section.py" "$OUT.json" "$ROOT/docs/results/policy-step-cpu.json" \
   "$ROOT/docs/bench/README.md" "$INFO"
-echo "wrote $OUT.json, $OUT.txt, docs/results/policy-step-cpu.{json,md} and docs/bench/README.md's CPU tables"
+REPORT_PY=/usr/bin/python3
+[ -x "$REPORT_PY" ] && "$REPORT_PY" -c 'import matplotlib' 2>/dev/null || REPORT_PY=python3
+if "$REPORT_PY" -c 'import matplotlib' 2>/dev/null; then
+  "$REPORT_PY" "$ROOT/bench/report/sieve_report.py" --update-cpu --cpu-suite-json "$OUT.json" \
+    --cpu-policy-json "$ROOT/docs/results/policy-step-cpu.json" --out "$ROOT/docs/report"
+  REPORT="and docs/report's CPU speed section"
+else
+  REPORT="(not docs/report: no python3 with matplotlib; run sieve_report.py --update-cpu later)"
+fi
+echo "wrote $OUT.json, $OUT.txt, docs/results/policy-step-cpu.{json,md}, docs/bench/README.md's CPU tables $REPORT"

@@ -22,6 +22,8 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 [ -x "$BENCH" ] || { echo "policy_cpu.sh: $BENCH not found (build the sieve_bench target)" >&2; exit 1; }
+SEL_BENCH="$BUILD/bin/sieve_selection_bench"
+[ -x "$SEL_BENCH" ] || { echo "policy_cpu.sh: $SEL_BENCH not found (build the sieve_selection_bench target)" >&2; exit 1; }
 GATE_TOOL="$BUILD/bin/seer_random_gate"
 [ -x "$GATE_TOOL" ] || { echo "policy_cpu.sh: $GATE_TOOL not found (build the seer tools)" >&2; exit 1; }
 
@@ -47,6 +49,11 @@ SEL_GEOM="${GEOM/--layers 1/--layers 3}"
 "$BENCH" --policy --phase prefill $GEOM --ctx 1024,4096 --batch 1 --samples 3 --keys similar:0.88 \
   --chain 'prefill:*=dpxa(tau=0.9)' --json "$TMP/dpxa.json" > "$TMP/dpxa.txt"
 
+# The selection stages alone (Quest's bounds and top-k, DELTA's page-mass sweep as the difference
+# of the dense call with and without it), one layer, the same geometry.
+"$SEL_BENCH" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  --benchmark_out="$TMP/stages.json" --benchmark_out_format=json > "$TMP/stages.txt" 2>&1
+
 python3 - "$TMP" "$OUT_JSON" <<'PY'
 import json, sys
 tmp, out = sys.argv[1], sys.argv[2]
@@ -59,8 +66,9 @@ for r in runs:
         row["command"] = r["meta"]["command"]
         row["date"] = r["meta"]["date"]
         rows.append(row)
+stages = [b for b in json.load(open(f"{tmp}/stages.json"))["benchmarks"] if b.get("aggregate_name") == "median"]
 json.dump({"kind": "policy-step", "device": runs[0]["meta"]["device"], "date": runs[0]["meta"]["date"],
-           "results": rows}, open(out, "w"), indent=1)
+           "results": rows, "selection_stages": stages}, open(out, "w"), indent=1)
 PY
 
 {
@@ -83,5 +91,14 @@ PY
     cat "$TMP/$p.txt"
     echo '```'
   done
+  echo
+  echo "## Selection stages (sieve_selection_bench, one layer, medians of 3)"
+  echo
+  echo "Quest's page bounds and top-k, and the dense decode call without / with DELTA's page-mass"
+  echo "sweep (page_mass:1 minus page_mass:0 is the sweep). Arguments: context, batch."
+  echo
+  echo '```'
+  grep -E '^(Run on|CPU Caches|  L|Load Average|-|Benchmark|\w+/)' "$TMP/stages.txt" | grep -v -E '_(mean|stddev|cv) ' || true
+  echo '```'
 } > "$OUT_MD"
 echo "wrote $OUT_JSON and $OUT_MD"

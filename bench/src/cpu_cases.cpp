@@ -1,10 +1,11 @@
 // CPU cases: the same paged workloads in host memory through attend_cpu, timed with a steady
-// clock; the ceiling is a parallel memcpy over the same threads, measured in the same run. The
+// clock; a decode call's ceilings (memcpy and a read-only stream over the same threads,
+// host_ceilings.cpp) are measured right before each timed call, so noise moves both. The
 // K/V pool holds enough copies of the case's pages that the bytes the calls read (all of K/V
 // dense, the selected blocks sparse) exceed the last-level cache three times before they repeat,
 // and successive calls read successive copies (page tables rotated), so every call reads its K/V
-// from memory as a long decode would. The pool and memcpy's buffers are advised to use transparent
-// huge pages, as a KV cache's one large allocation would be: with 4 KiB pages every 4 KiB K or V
+// from memory as a long decode would. The pool is advised to use transparent huge pages
+// (host_buffer.hpp), as a KV cache's one large allocation would be: with 4 KiB pages every 4 KiB K or V
 // slab of a scattered page is a TLB miss, which nested paging in a VM makes costly (measured here:
 // 4 KiB blocks read in random order at 8.7-11 GB/s with 4 KiB pages, 16-24 GB/s with huge pages,
 // under load).
@@ -23,13 +24,9 @@
 #include <string>
 #include <utility>
 
-#include <cblas.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <new>
-
+#include "host_buffer.hpp"
 #include "runner.hpp"
 #include "sieve/kernels/attention_args.hpp"
 #include "sieve/kernels/attention_cpu.hpp"
@@ -67,27 +64,6 @@ int64_t last_level_cache_bytes() {
   return best > 0 ? best : int64_t(32) << 20;
 }
 
-// Host memory of n bytes, 2 MiB-aligned, advised to use huge pages before anything touches it.
-class PoolBuffer {
- public:
-  explicit PoolBuffer(size_t n) : bytes_((std::max<size_t>(n, 1) + kHuge - 1) / kHuge * kHuge) {
-    p_ = std::aligned_alloc(kHuge, bytes_);
-    if (!p_) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    madvise(p_, bytes_, MADV_HUGEPAGE);  // advice: without it (or with THP off) 4 KiB pages
-#endif
-  }
-  ~PoolBuffer() { std::free(p_); }
-  PoolBuffer(const PoolBuffer&) = delete;
-  PoolBuffer& operator=(const PoolBuffer&) = delete;
-  unsigned char* data() const { return static_cast<unsigned char*>(p_); }
-
- private:
-  static constexpr size_t kHuge = size_t(2) << 20;
-  size_t bytes_;
-  void* p_ = nullptr;
-};
-
 }  // namespace
 
 Timing summarize(std::vector<double> ms, int calls_per_sample) {
@@ -120,102 +96,7 @@ void fill_host_random(void* p, DLDataType dt, int64_t n, uint64_t seed) {
   }
 }
 
-double measure_host_copy_gbs(int threads) {
-  const size_t bytes = size_t(1) << 30;  // far past any CPU cache
-  PoolBuffer a(bytes), b(bytes);
-  fill_host_random(a.data(), kF32, int64_t(bytes / 4), 3);
-  std::memset(b.data(), 1, bytes);  // touch the pages before timing
-  const size_t chunk = bytes / size_t(std::max(threads, 1));
-  std::vector<double> ms;
-  for (int rep = 0; rep < 7; ++rep) {
-    const auto t0 = Clock::now();
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int i = 0; i < threads; ++i) std::memcpy(b.data() + size_t(i) * chunk, a.data() + size_t(i) * chunk, chunk);
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  ms.erase(ms.begin());  // warm-up
-  return 2.0 * double(chunk) * threads / (summarize(ms, 1).median_ms * 1e-3) / 1e9;
-}
-
-// Sum of the 64-bit words of [p, p + bytes) (the compiler vectorises it; 8 independent sums keep
-// the adds off the critical path), and the same over 4 KiB slabs of K and V at offsets off[0, n)
-// with the next slab pair's lines prefetched one per line read.
-uint64_t sum_words(const unsigned char* p, size_t bytes) {
-  const auto* w = reinterpret_cast<const uint64_t*>(p);
-  uint64_t s[8] = {};
-  for (size_t i = 0; i + 8 <= bytes / 8; i += 8)
-    for (int k = 0; k < 8; ++k) s[k] += w[i + size_t(k)];
-  return std::accumulate(s, s + 8, uint64_t(0));
-}
-
-uint64_t sum_slabs(const unsigned char* k, const unsigned char* v, const size_t* off, size_t n) {
-  constexpr size_t kSlab = 4096;
-  uint64_t s[8] = {};
-  for (size_t j = 0; j < n; ++j)
-    for (const unsigned char* base : {k, v})
-      for (size_t b = 0; b < kSlab; b += 64) {
-        if (j + 1 < n) __builtin_prefetch(base + off[j + 1] + b, 0, 3);
-        const auto* w = reinterpret_cast<const uint64_t*>(base + off[j] + b);
-        for (int e = 0; e < 8; ++e) s[e] += w[e];
-      }
-  return std::accumulate(s, s + 8, uint64_t(0));
-}
-
-std::pair<double, double> measure_host_read_gbs(int threads) {
-  const size_t bytes = size_t(1) << 30, slab = 4096, slabs = bytes / 2 / slab;
-  PoolBuffer a(bytes);
-  fill_host_random(a.data(), kF32, int64_t(bytes / 4), 5);
-  const unsigned char* k = a.data();
-  const unsigned char* v = a.data() + bytes / 2;
-  std::vector<size_t> off(slabs);
-  for (size_t i = 0; i < slabs; ++i) off[i] = i * slab;
-  std::shuffle(off.begin(), off.end(), std::mt19937_64(7));
-  const int t = std::max(threads, 1);
-  std::vector<uint64_t> sink(size_t(t) * 8);  // a result per thread, a line apart
-  auto rate = [&](bool paged) {
-    std::vector<double> ms;
-    for (int rep = 0; rep < 7; ++rep) {
-      const auto t0 = Clock::now();
-#pragma omp parallel for num_threads(t) schedule(static)
-      for (int i = 0; i < t; ++i)
-        sink[size_t(i) * 8] += paged ? sum_slabs(k, v, off.data() + slabs / size_t(t) * size_t(i), slabs / size_t(t))
-                                     : sum_words(a.data() + bytes / size_t(t) * size_t(i), bytes / size_t(t));
-      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-    ms.erase(ms.begin());  // warm-up
-    const double read = paged ? double(slabs / size_t(t) * size_t(t)) * 2 * slab : double(bytes);
-    return read / (summarize(ms, 1).median_ms * 1e-3) / 1e9;
-  };
-  const double seq = rate(false), paged = rate(true);
-  if (std::accumulate(sink.begin(), sink.end(), uint64_t(0)) == 1) std::puts("");  // keep the sums
-  return {seq, paged};
-}
-
-// Square sgemm of n = 3072 (three 36 MiB operands, each past a 32 MiB LLC) on `threads` OpenBLAS
-// threads, FLOP/s of the median of 5 calls after a warm-up. The attention kernel's own sgemm
-// calls are below OpenBLAS's threading threshold, so the setting changes nothing for them.
-double measure_host_sgemm_gflops(int threads) {
-  const int n = 3072;
-  const size_t bytes = size_t(n) * n * sizeof(float);
-  PoolBuffer a(bytes), b(bytes), c(bytes);
-  fill_host_random(a.data(), kF32, int64_t(n) * n, 4);
-  fill_host_random(b.data(), kF32, int64_t(n) * n, 5);
-  std::memset(c.data(), 0, bytes);
-  openblas_set_num_threads(std::max(threads, 1));
-  auto* A = reinterpret_cast<const float*>(a.data());
-  auto* B = reinterpret_cast<const float*>(b.data());
-  auto* C = reinterpret_cast<float*>(c.data());
-  std::vector<double> ms;
-  for (int rep = 0; rep < 6; ++rep) {
-    const auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, A, n, B, n, 0.f, C, n);
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  ms.erase(ms.begin());  // warm-up (OpenBLAS starts its threads)
-  return 2.0 * double(n) * n * n / (summarize(ms, 1).median_ms * 1e-3) / 1e9;
-}
-
-void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
+void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out, HostStreamProbe* probe) {
   out.c = c;
   const int32_t nq = n_new(c), np = kernels::ceil_div(c.ctx, c.page_size);
   const int64_t pages = int64_t(c.batch) * np;
@@ -292,8 +173,13 @@ void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
     return;
   }
   std::vector<double> ms;
+  if (c.prefill()) probe = nullptr;  // prefill's ceiling is sgemm's FLOP rate
   for (auto _ : state) {
     next_copy();
+    if (probe) {  // copy, then read: the read also evicts the copy's dirty lines before the call
+      out.adjacent.copy_gbs.push_back(probe->copy_gbs());
+      out.adjacent.read_gbs.push_back(probe->read_gbs());
+    }
     const auto t0 = Clock::now();
     const sieve_status st = kernels::attend_cpu(args, options, &err);
     const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -312,6 +198,7 @@ void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
     state.SkipWithError(out.error.c_str());
     return;
   }
+  if (probe) out.adjacent.ms = ms;
   out.t = summarize(ms, 1);
   out.kernel = "cpu";
   out.ran = true;

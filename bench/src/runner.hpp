@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,7 @@ struct Ceilings {
   // back to back from a CUDA graph, plain and as programmatic dependent launches (sm_90)
   double graph_launch_us = 0;
   double graph_launch_pdl_us = 0;
+  std::string host_cpu;      // the CPU's model name (/proc/cpuinfo)
   double host_copy_gbs = 0;  // memcpy over the CPU cases' threads, read + written
   // Read-only over the same threads, bytes read per second: a sequential stream, and 4 KiB slabs
   // of scattered pages (a K and a V slab per page, the next page's lines prefetched one per line
@@ -46,10 +48,19 @@ struct Timing {
   int calls_per_sample = 0;  // calls replayed back to back (one CUDA graph) per timed sample
 };
 
+// Ceilings measured beside each timed sample of a CPU decode case (HostStreamProbe, one
+// repetition each right before the call): sample i's fraction of the ceiling is (bytes / ms[i]) /
+// copy_gbs[i], so a neighbour that slows the memory slows both sides of the ratio.
+struct Adjacent {
+  std::vector<double> ms, copy_gbs, read_gbs;  // per sample, in order
+  bool empty() const { return ms.empty(); }
+};
+
 struct CaseResult {
   Case c;
   Work work;
   Timing t;
+  Adjacent adjacent;    // CPU decode: the ceilings beside each sample
   std::string kernel;   // which kernel family ran (CUDA plan), "cpu" on the CPU
   int splits = 0;       // split-KV upper bound of the row kernels
   std::string merge;    // how the splits merge (CUDA plan: none, cluster, combine)
@@ -69,13 +80,33 @@ Ceilings measure_gpu_ceilings();
 void run_gpu_case(benchmark::State& state, const Case& c, CaseResult& out);
 void release_gpu();
 
-// ---- CPU (cpu_cases.cpp) ---------------------------------------------------------------------
-double measure_host_copy_gbs(int threads);
-// {sequential, paged} read-only bytes/s over `threads` threads (Ceilings::host_*read_gbs).
-std::pair<double, double> measure_host_read_gbs(int threads);
+// ---- CPU (host_ceilings.cpp, cpu_cases.cpp) ----------------------------------------------------
+class PoolBuffer;
+// One memcpy and one read-only stream over `threads` threads on buffers of `bytes` (past the LLC),
+// a repetition per call: the ceilings measured right beside each timed CPU decode call.
+class HostStreamProbe {
+ public:
+  explicit HostStreamProbe(int threads, size_t bytes = size_t(256) << 20);
+  ~HostStreamProbe();
+  double copy_gbs();  // read + written bytes per second
+  double read_gbs();  // bytes read per second (8 independent 64-bit sums per thread)
+
+ private:
+  int threads_;
+  size_t bytes_;
+  std::unique_ptr<PoolBuffer> src_, dst_;
+  std::vector<uint64_t> sink_;  // a sum per thread, a line apart (keeps the reads)
+};
+// {memcpy, sequential read-only} GB/s: medians of 6 repetitions after a warm-up.
+std::pair<double, double> measure_host_stream_gbs(HostStreamProbe& probe);
+// Read-only over 4 KiB K and V slabs of scattered pages (Ceilings::host_paged_read_gbs).
+double measure_host_paged_read_gbs(int threads);
 double measure_host_sgemm_gflops(int threads);
+std::string host_cpu_model();
 int host_threads();
-void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out);
+// Runs one CPU case; with a probe, decode cases measure a copy and a read repetition before each
+// timed call into out.adjacent.
+void run_cpu_case(benchmark::State& state, const Case& c, CaseResult& out, HostStreamProbe* probe);
 
 // Fills n values of dtype `dt` at `p` (host memory) with N(0,1)-like values from a counter hash:
 // fast, parallel, deterministic, never all zero.

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <tuple>
@@ -140,11 +141,13 @@ int run_suite(const SuiteOptions& o) {
 #ifdef SIEVE_WITH_CUDA
   if (any_gpu) report.ceilings = measure_gpu_ceilings();
 #endif
+  std::unique_ptr<HostStreamProbe> probe;  // the ceilings beside each CPU decode call
   if (any_cpu) {
     report.ceilings.host_threads = host_threads();
-    report.ceilings.host_copy_gbs = measure_host_copy_gbs(report.ceilings.host_threads);
-    std::tie(report.ceilings.host_read_gbs, report.ceilings.host_paged_read_gbs) =
-        measure_host_read_gbs(report.ceilings.host_threads);
+    report.ceilings.host_cpu = host_cpu_model();
+    probe = std::make_unique<HostStreamProbe>(report.ceilings.host_threads);
+    std::tie(report.ceilings.host_copy_gbs, report.ceilings.host_read_gbs) = measure_host_stream_gbs(*probe);
+    report.ceilings.host_paged_read_gbs = measure_host_paged_read_gbs(report.ceilings.host_threads);
     if (std::any_of(cases.begin(), cases.end(),
                     [](const Case& c) { return c.backend == Backend::kCpu && c.prefill(); }))
       report.ceilings.host_sgemm_gflops = measure_host_sgemm_gflops(report.ceilings.host_threads);
@@ -163,11 +166,11 @@ int run_suite(const SuiteOptions& o) {
 
   std::vector<CaseResult> results(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
-    auto* b = benchmark::RegisterBenchmark(cases[i].name.c_str(), [&cases, &results, i](benchmark::State& st) {
+    auto* b = benchmark::RegisterBenchmark(cases[i].name.c_str(), [&cases, &results, &probe, i](benchmark::State& st) {
 #ifdef SIEVE_WITH_CUDA
       if (cases[i].backend == Backend::kCuda) return run_gpu_case(st, cases[i], results[i]);
 #endif
-      run_cpu_case(st, cases[i], results[i]);
+      run_cpu_case(st, cases[i], results[i], probe.get());
     });
     b->UseManualTime()->Iterations(cases[i].samples)->Unit(benchmark::kMicrosecond);
   }

@@ -189,6 +189,25 @@ TEST(AttentionCpuDecode, SplitKvMergesByLogSumExp) {
   expect_matches_reference(w, opt);
 }
 
+// The page-mass sweep runs in (sequence, column, run of pages) items, more runs the more threads:
+// a page's value is its own tokens' alone, so every split gives the same bits.
+TEST(AttentionCpuDecode, PageMassIsTheSameBitsWhateverTheThreads) {
+  for (sieve_stats_request stats : {SIEVE_STATS_PAGE_MASS_ALL_HEADS, SIEVE_STATS_PAGE_MASS_PER_KV_HEAD}) {
+    Workload w(make_spec(8, 2, 64, 16, {1500, 37, 600}));
+    w.request_stats(stats);
+    CpuAttentionOptions opt;
+    opt.threads = 1;
+    expect_matches_reference(w, opt);
+    const HostTensor serial = w.page_mass;
+    for (int threads : {2, 5}) {
+      SCOPED_TRACE("stats " + std::to_string(stats) + ", threads " + std::to_string(threads));
+      opt.threads = threads;
+      expect_matches_reference(w, opt);
+      for (int64_t i = 0; i < serial.numel(); ++i) ASSERT_EQ(w.page_mass.get(i), serial.get(i)) << "page " << i;
+    }
+  }
+}
+
 TEST(AttentionCpuDecode, BlockSelections) { decode_block_selections(expect_on_cpu); }
 
 TEST(AttentionCpuDecode, SelectionOfEveryBlockEqualsDense) {

@@ -130,6 +130,24 @@ TEST(TopK, BatchLayoutsMatchRowByRow) {
   }
 }
 
+// A batch past the threading threshold (2^15 scored items: rows on OpenMP threads, counts first):
+// every row against the reference, ragged segments (one shorter than its forced items: dense),
+// per-segment tails, ties, -inf and NaN.
+TEST(TopK, LargeBatchOnThreadsMatchesTheReference) {
+  std::mt19937 rng(5);
+  const int32_t H = 8, S = 5;
+  std::vector<int32_t> seg = {0};
+  for (int32_t s = 0; s < S; ++s) seg.push_back(seg.back() + (s == 2 ? 3 : 1000 + int32_t(rng() % 300)));
+  const std::vector<int32_t> tails = {1, 4, 1, 0, 40};
+  const int32_t nnz = seg.back();
+  ASSERT_GE(int64_t(nnz) * H, int64_t(1) << 15);
+  const std::vector<float> scores = random_scores(rng, nnz * H, true);  // [nnz, H]
+  sel::TopKBatch b{scores.data(), sel::ScoreLayout{H, 1}, seg.data(), S, H, 2, 1, 61};
+  expect_rows_match(b, scores);
+  b.seg_tail = tails.data();
+  expect_rows_match(b, scores);
+}
+
 // seg_tail (raas's prompt rows): segment s's rows force their last seg_tail[s] items instead of
 // the batch's tail — 0, inside the row, the whole row and past it — and the capacity follows.
 TEST(TopK, PerSegmentTailsReplaceTheBatchTail) {

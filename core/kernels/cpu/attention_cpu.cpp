@@ -125,16 +125,19 @@ sieve_status run(const sieve_attention_args& a, const CpuAttentionOptions& opt,
       merge_unit(c, units[i], tokens, w);
     });
   if (ok && c.page_mass) {
+    // Items (sequence, KV head column, run of pages): a batch of one still uses every thread
+    // (the sweep exps every visible key for every head: as costly as the attention itself).
     const AttentionShape& s = c.s;
-    if (s.stats == SIEVE_STATS_PAGE_MASS_PER_KV_HEAD)
-      ok = parallel_for(int64_t(s.batch) * s.hkv, threads, c, [&](int64_t i, Scratch& w) {
-        const int32_t b = int32_t(i / s.hkv), g = int32_t(i % s.hkv);
-        page_mass_sweep(c, b, g, g + 1, g, w);
-      });
-    else
-      ok = parallel_for(s.batch, threads, c, [&](int64_t b, Scratch& w) {
-        page_mass_sweep(c, int32_t(b), 0, s.hkv, 0, w);
-      });
+    const bool per_kv = s.stats == SIEVE_STATS_PAGE_MASS_PER_KV_HEAD;
+    const int64_t columns = int64_t(s.batch) * (per_kv ? s.hkv : 1);
+    const int32_t runs = int32_t(std::clamp<int64_t>((2 * threads + columns - 1) / columns, 1, 64));
+    ok = parallel_for(columns * runs, threads, c, [&](int64_t i, Scratch& w) {
+      const int64_t col = i / runs;
+      const int32_t b = int32_t(per_kv ? col / s.hkv : col), g = per_kv ? int32_t(col % s.hkv) : 0;
+      const int32_t r = int32_t(i % runs), pages = c.pages(b), per = (pages + runs - 1) / runs;
+      page_mass_sweep(c, b, per_kv ? g : 0, per_kv ? g + 1 : s.hkv, per_kv ? g : 0, r * per,
+                      std::min(pages, (r + 1) * per), w);
+    });
   }
   if (!ok) return fail(error, SIEVE_ERR_OUT_OF_MEMORY, "attend_cpu: out of host memory for scratch");
   return SIEVE_OK;

@@ -164,9 +164,11 @@ void plan(Call& c, const CpuAttentionOptions& opt, int threads, CallBuffers& buf
 void run_item(const Call& c, const Item& it, const int32_t* tokens, Scratch& w);
 // Merges the split-KV states of one unit (decode: one token) by their log-sum-exp (tile.cpp).
 void merge_unit(const Call& c, const Item& unit, const int32_t* tokens, Scratch& w);
-// Column `column` of page_mass for sequence b, max over the query heads of KV heads
-// [g_begin, g_end). Needs every computed row's lse (c.lse_all) (page_stats.cpp).
+// Column `column` of page_mass for sequence b's logical pages [p_begin, p_end), max over the
+// query heads of KV heads [g_begin, g_end). Needs every computed row's lse (c.lse_all)
+// (page_stats.cpp). A page's value depends on that page alone: any split of the pages gives
+// the same bits.
 void page_mass_sweep(const Call& c, int32_t b, int32_t g_begin, int32_t g_end, int32_t column,
-                     Scratch& w);
+                     int32_t p_begin, int32_t p_end, Scratch& w);
 
 }  // namespace sieve::kernels::cpu

@@ -9,12 +9,15 @@
 namespace sieve::kernels::cpu {
 
 void page_mass_sweep(const Call& c, int32_t b, int32_t g_begin, int32_t g_end, int32_t column,
-                     Scratch& w) {
+                     int32_t p_begin, int32_t p_end, Scratch& w) {
   const int d = c.s.d;
   const int32_t len = c.len(b);
   const int32_t token = c.qo[b];  // decode: one query per sequence
-  float* pmax = w.pmax.data();
-  std::fill_n(pmax, len, 0.f);
+  p_end = std::min(p_end, c.pages(b));
+  if (p_begin >= p_end) return;
+  float* pmax = w.pmax.data();  // indexed by position; [p_begin, p_end)'s positions are used
+  const int64_t first = int64_t(p_begin) * c.s.page_size;
+  std::fill(pmax + first, pmax + std::min<int64_t>(len, int64_t(p_end) * c.s.page_size), 0.f);
   if (!c.row_mask || c.row_mask[token]) {
     // The heads of a KV head that visit the same pages (all of them, unless selections are per
     // query head) share one pass: each page's keys are read and converted once for all of them,
@@ -37,6 +40,7 @@ void page_mass_sweep(const Call& c, int32_t b, int32_t g_begin, int32_t g_end, i
         if (live == 0) continue;
         const int32_t n = visit_pages(c, b, c.row(b, 0, h0), len - 1, pages);
         for (int32_t u = 0; u < n; ++u) {
+          if (pages[u] < p_begin || pages[u] >= p_end) continue;
           const int nt = c.page_tokens(b, pages[u]);
           const int64_t o = c.slab(b, pages[u], g);
           const float* kt = static_cast<const float*>(c.k) + o;
@@ -53,7 +57,7 @@ void page_mass_sweep(const Call& c, int32_t b, int32_t g_begin, int32_t g_end, i
       }
     }
   }
-  for (int32_t p = 0; p < c.pages(b); ++p) {
+  for (int32_t p = p_begin; p < p_end; ++p) {
     const float* pm = pmax + int64_t(p) * c.s.page_size;
     float sum = 0.f;
     for (int i = 0; i < c.page_tokens(b, p); ++i) sum += pm[i];

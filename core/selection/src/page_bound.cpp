@@ -15,17 +15,26 @@ namespace sieve::selection {
 #ifdef SIEVE_SELECTION_X86_FMA
 void bound_rows_fma(const float* q, int32_t n_heads, const float* mn, const float* mx, int32_t d,
                     float* out);  // page_bound_fma.cpp
+// load_bound_order with AVX2 transposes; false where it does not apply (f16, padded rounds).
+bool load_bound_order_avx2(const void* base, DLDataType t, int64_t off, int32_t d, float* dst);
 #endif
 
 namespace {
+
+bool has_avx2_fma() {
+#ifdef SIEVE_SELECTION_X86_FMA
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
 
 // bound_rows_impl vectorized with hardware FMA where the CPU has them (same bits).
 using BoundRows = void (*)(const float*, int32_t, const float*, const float*, int32_t, float*);
 BoundRows bound_rows() {
 #ifdef SIEVE_SELECTION_X86_FMA
-  static const BoundRows f = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                                 ? bound_rows_fma
-                                 : bound_rows_impl;
+  static const BoundRows f = has_avx2_fma() ? bound_rows_fma : bound_rows_impl;
   return f;
 #else
   return bound_rows_impl;
@@ -80,8 +89,11 @@ void scatter_bound_order(Load load, int32_t d, float* dst) {
 }
 
 // Elements [off, off + d) of a float-storage tensor in bound order, one loop per dtype (no
-// dtype test per element).
+// dtype test per element); 8x8 transposes in AVX2 where the CPU has them (same floats).
 void load_bound_order(const void* base, DLDataType t, int64_t off, int32_t d, float* dst) {
+#ifdef SIEVE_SELECTION_X86_FMA
+  if (has_avx2_fma() && load_bound_order_avx2(base, t, off, d, dst)) return;
+#endif
   if (t.bits == 32) {
     const float* s = static_cast<const float*>(base) + off;
     scatter_bound_order([s](int32_t c) { return s[c]; }, d, dst);

@@ -1,6 +1,7 @@
 // dpxa's select on the CPU: per sequence, KV head and q head, the tile scores of the chosen
 // estimator (math/dpxa_math.hpp) and the greedy mass cover of every query block; the kept key
-// blocks of each selection row, and the metrics dpxa_density and dpxa_sampled.
+// blocks of each selection row, and the metrics dpxa_density and dpxa_sampled. (Sequence, KV
+// head) pairs run on OpenMP threads, each worker with its own scratch.
 #pragma once
 #include <sieve/sieve.h>
 
@@ -23,12 +24,23 @@ class CpuSelect {
   const std::vector<std::vector<int32_t>>& rows() const { return rows_; }
 
  private:
-  // Scratch, grown on the first calls and reused (the CPU path's only allocations).
-  std::vector<float> q_, k_, row_shares_;
-  Anchors q_anchors_, k_anchors_;
-  HeadScores scores_;
-  GreedyScratch greedy_;
-  std::vector<uint8_t> keep_;
+  // One thread's scratch, grown on the first calls and reused (the CPU path's only
+  // allocations), and its share of the metrics' sums.
+  struct Worker {
+    std::vector<float> q, k, row_shares;
+    Anchors q_anchors, k_anchors;
+    HeadScores scores;
+    GreedyScratch greedy;
+    std::vector<uint8_t> keep;
+    int64_t kept = 0, causal = 0;
+    double sampled = 0, logits = 0;
+  };
+  // The rows of KV head kvh of sequence b (first query block row0).
+  void run_kv_head(const sieve_geometry& g, const SelectConfig& c, const sieve_layer_call& call,
+                   const sieve_paged_kv& view, int32_t b, int32_t kvh, int32_t row0, TileShares* shares, Worker& w);
+
+  std::vector<Worker> workers_;
+  std::vector<int32_t> row0_;
   std::vector<std::vector<int32_t>> rows_;
 };
 

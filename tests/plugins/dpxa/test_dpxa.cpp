@@ -11,6 +11,10 @@
 #include <fstream>
 #include <set>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "math/dpxa_math.hpp"
 #include "dpxa_scenario.hpp"
 #include "mocks/mock_host_services.hpp"
@@ -262,6 +266,27 @@ TEST_F(Dpxa, KvHeadRowsAreTheGroupUnion) {
     EXPECT_EQ(std::set<int32_t>(kv[r].begin(), kv[r].end()), u) << "row " << r;
   }
 }
+
+#ifdef _OPENMP
+// The CPU select runs (sequence, KV head) pairs on OpenMP threads, each writing only its own rows
+// (and the KV-head unions its own heads make): one thread or three give the same rows.
+TEST_F(Dpxa, ThreadsChangeNoRow) {
+  DpxaScenario sc({1500, 900, 700}, {1500, 640, 700}, 16, 8, 2, 64);  // past the threading threshold
+  const int before = omp_get_max_threads();
+  for (const char* rows : {"q_head", "kv_head"}) {
+    SCOPED_TRACE(rows);
+    DpxaArgs a;
+    a.rows = rows;
+    omp_set_num_threads(1);
+    const Rows one = select(sc, a);
+    omp_set_num_threads(3);
+    const Rows three = select(sc, a);
+    ASSERT_FALSE(one.empty());
+    EXPECT_EQ(one, three);
+  }
+  omp_set_num_threads(before);
+}
+#endif
 
 TEST_F(Dpxa, Bf16KeysAndQueries) {
   DpxaScenario sc({300}, {300}, 16, 4, 2, 32, 3, sieve::kBF16);

@@ -68,7 +68,8 @@ SIEVE_SELECTION_HD int32_t kept_count(const ClippedRow& c, int32_t finite_middle
 
 // One row on the CPU: item j is scored scores[j * stride]. `out` receives the kept indices in
 // ascending order (room for min(n, head + tail + k)); `scratch` holds at least n int32. Returns
-// the number written. No allocation.
+// the number written. No allocation once the calling thread's key buffer (8 bytes per item) has
+// grown to its longest row (std::bad_alloc if it cannot).
 int32_t top_k_row(TopKRow row, const float* scores, int64_t stride, int32_t* out, int32_t* scratch);
 
 // ---- Batched rows, the layout the CUDA version shares -------------------------------------
@@ -102,7 +103,9 @@ SIEVE_SELECTION_HD int32_t segment_tail(const int32_t* seg_tail, int32_t s, int3
 int64_t top_k_capacity_needed(const TopKBatch& b);
 
 // CPU: write the batch as a CSR selection (indptr [n_rows + 1], indices). `scratch` holds at
-// least max segment size int32. Returns the entries written; throws nothing, checks nothing.
+// least max segment size int32. Returns the entries written; checks nothing. Rows run on OpenMP
+// threads in batches of 2^15 scored items or more (the same entries). Throws only std::bad_alloc
+// (a thread's key or row buffer could not grow; top_k_row's the same).
 int64_t top_k_batch_cpu(const TopKBatch& b, int32_t* indptr, int32_t* indices, int32_t* scratch);
 
 }  // namespace sieve::selection
