@@ -52,6 +52,19 @@ std::vector<sg::DistillSequence> synthetic_data(const sg::GateShape& s, int32_t 
   return out;
 }
 
+// One layer, two GQA groups of two query heads, blocks of 16.
+sg::GateShape small_shape(int32_t head_dim, int32_t gate_dim, bool rmsnorm) {
+  sg::GateShape s;
+  s.n_layers = 1;
+  s.n_q_heads = 4;
+  s.n_kv_heads = 2;
+  s.head_dim = head_dim;
+  s.block = 16;
+  s.gate_dim = gate_dim;
+  s.rmsnorm = rmsnorm;
+  return s;
+}
+
 double norm2(const std::vector<double>& v) { return std::sqrt(ref_dot(v, v)); }
 
 // One (layer, KV head) group of the distillation loss recomputed in f64 from seer_reference's
@@ -198,14 +211,7 @@ double f64_loss_bound(const RefGroup& g, const sg::GateShape& s) {
 // = 3 e / h. Plus the f32 gradient's own error (f32_gradient_bound).
 TEST(SeerDistill, GradientMatchesF64FiniteDifferences) {
   for (bool rms : {false, true}) {
-    sg::GateShape s;
-    s.n_layers = 1;
-    s.n_q_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 4;
-    s.block = 16;
-    s.gate_dim = 6;
-    s.rmsnorm = rms;
+    const sg::GateShape s = small_shape(4, 6, rms);
     const auto data = synthetic_data(s, 2, 70, 3);
     sg::GateWeights w = sg::random_gate(s, 2);
     // Weights on a 2^-16 grid (|w| < 1/2): w +- h and w +- h/2 below are exact in f32, so the steps
@@ -246,13 +252,7 @@ TEST(SeerDistill, GradientMatchesF64FiniteDifferences) {
 }
 
 TEST(SeerDistill, LowersKlDeterministically) {
-  sg::GateShape s;
-  s.n_layers = 1;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 8;
-  s.block = 16;
-  s.gate_dim = 8;
+  const sg::GateShape s = small_shape(8, 8, false);
   const auto train = synthetic_data(s, 6, 96, 1);
   const auto held = synthetic_data(s, 2, 96, 2);
   sg::DistillOptions o;
