@@ -194,8 +194,9 @@ inline void expect_top_k_row(const std::vector<int32_t>& row, const std::vector<
     if (chosen.count(j)) worst_chosen = std::min(worst_chosen, scores[size_t(j)]);
     else best_other = std::max(best_other, scores[size_t(j)]);
   }
-  if (!chosen.empty() && best_other > -INFINITY)
+  if (!chosen.empty() && best_other > -INFINITY) {
     EXPECT_GE(worst_chosen, best_other - tol) << "a better-scored block was left out";
+  }
 }
 
 }  // namespace sieve::testing
