@@ -205,8 +205,8 @@ double f64_loss_bound(const RefGroup& g, const sg::GateShape& s) {
 // gate_loss_and_grad's gradient of each group's mean KL against the f64 loss's central
 // differences, Richardson-extrapolated: D(h) = f' + a h^2 + O(h^4), so (4 D(h/2) - D(h)) / 3 is
 // off by O(h^4), and |D(h) - D(h/2)| / 3 (D(h/2)'s h^2 term, the estimate of the truncation
-// error) bounds that while h is small against the loss's curvature scale (h = 2^-8 against
-// weights of O(0.3) and logits of O(1): the h^4 term is ~1e-9 of the h^2 one). The rounding of
+// error) bounds that while h is small against the scale on which the loss's derivatives change
+// (h = 2^-8 against weights of O(0.3) and logits of O(1): h^4 / h^2 = h^2 ~ 1.5e-5). The rounding of
 // the difference quotients: the f64 loss off by e, (4 D(h/2) - D(h)) / 3 by (4 e / (h/2) + e / h) / 3
 // = 3 e / h. Plus the f32 gradient's own error (f32_gradient_bound).
 TEST(SeerDistill, GradientMatchesF64FiniteDifferences) {
