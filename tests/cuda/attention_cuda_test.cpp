@@ -57,8 +57,7 @@ TEST_F(AttentionCuda, DecodeHeadDimsPageSizesDtypes) {
     for (int32_t ps : {16, 32, 64})
       for (DLDataType kv : {kF32, kF16, kBF16}) {
         SCOPED_TRACE("head_dim " + std::to_string(d) + ", page_size " + std::to_string(ps) + ", " + dt(kv));
-        const bool half = kv.bits == 16;
-        // Half storage with half queries and output; f32 storage all f32.
+        // Half storage with half queries and output; f32 storage all f32 (q and out take kv's dtype).
         Workload w(make_spec(8, 2, d, ps, {1, ps - 1, ps + 1, 3 * ps + 5}, SIEVE_PHASE_DECODE, {},
                              uint64_t(d * 100 + ps + kv.code), kv, kv));
         w.request_lse();

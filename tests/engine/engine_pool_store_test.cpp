@@ -140,7 +140,9 @@ void round_trip(DLDevice device, const LayoutCase& lc, bool written) {
             const auto& want = truth[size_t(b)][(size_t(t) * size_t(sh.hkv) + size_t(h)) * 3 + size_t(kv)];
             ASSERT_EQ(rd.row(kv, b, t, h), want) << "sequence " << b << ", token " << t << ", head " << h << ", "
                                                  << (kv == 0 ? "K" : kv == 1 ? "V" : "pre-RoPE K");
-            if (kv < 2) ASSERT_EQ(engine.row(0, kv, ids[size_t(b)], t, h), want) << "the engine's own pool";
+            if (kv < 2) {
+              ASSERT_EQ(engine.row(0, kv, ids[size_t(b)], t, h), want) << "the engine's own pool";
+            }
           }
     }
   }
@@ -196,7 +198,9 @@ struct Filled {
     engine = std::make_unique<EngineSim>(services, sh);
     st = std::make_unique<PoolStore>(services, sh, choice, 0, sink ? engine->sink() : sieve_page_release_sink{});
     ids = {st->add()};
-    if (tokens) EXPECT_EQ(append(tokens), "");
+    if (tokens) {
+      EXPECT_EQ(append(tokens), "");
+    }
   }
   // Engine step + bind + append of n tokens; "" or the store's error.
   std::string append(int32_t n) {

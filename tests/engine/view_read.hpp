@@ -16,10 +16,11 @@ class ViewReader {
   ViewReader(runtime::HostServices& s, const sieve_paged_kv& v) : s_(s), v_(v) {
     indices_.resize(size_t(std::max<int32_t>(v.indptr_host[v.batch], 1)));
     std::string e;
-    if (v.indptr_host[v.batch] > 0)
+    if (v.indptr_host[v.batch] > 0) {
       EXPECT_TRUE(s.copy(indices_.data(), kCpu, data_ptr<void>(v.indices), v.indices.device,
                          size_t(v.indptr_host[v.batch]) * 4, &e))
           << e;
+    }
   }
   int32_t tokens(int32_t b) const {
     const int32_t n = v_.indptr_host[b + 1] - v_.indptr_host[b];

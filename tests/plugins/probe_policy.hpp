@@ -49,6 +49,7 @@ class ProbePolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
       .conform_params = nullptr,
       .selection_basis = SIEVE_SELECTION_BASIS_UNDECLARED,
+      .kv_layouts = 0,  // compact HND only
   };
   static inline int validate_calls = 0;
   static inline Throw select_throws = Throw::none;

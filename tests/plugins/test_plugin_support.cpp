@@ -52,6 +52,7 @@ class MinimalPolicy final : public AppendBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_FULL,
       .conform_params = nullptr,
       .selection_basis = SIEVE_SELECTION_BASIS_UNDECLARED,
+      .kv_layouts = 0,  // compact HND only
   };
   using AppendBase::AppendBase;
 };
@@ -83,6 +84,7 @@ class ModalPolicy final : public sp::PolicyBase {
       .cuda_graph = SIEVE_CUDA_GRAPH_NONE,
       .conform_params = nullptr,
       .selection_basis = SIEVE_SELECTION_BASIS_NONE,
+      .kv_layouts = 0,  // compact HND only
   };
   explicit ModalPolicy(const sp::CreateContext& ctx) : PolicyBase(ctx), scratch_(allocate(sieve::kCpu, 64)) {
     const uint32_t mode = ctx.params.choice("mode");

@@ -1,6 +1,8 @@
 // Discovery against hostile files on the plugin path: byte-flipped copies of a real plugin, a
-// plugin that crashes inside dlopen, a table declaring a million parameters. The host process
+// plugin that crashes inside dlopen, one whose finaliser crashes (inside dlclose, or at the host's
+// exit), a table declaring a million parameters. The host process
 // (this test, or the `sieve` CLI) must survive every one and name the file it refused.
+#include <dlfcn.h>
 #include <elf.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -77,18 +79,24 @@ TEST(HostileDiscovery, MillionParametersAreRefusedOnTheCount) {
   EXPECT_THAT(error, HasSubstr("n_params 1000000 exceeds the limit 256"));
 }
 
-TEST(HostileDiscovery, CrashInsideDlopenIsRefusedByTheProbe) {
+TEST(HostileDiscovery, CrashInsideDlopenOrDlcloseIsRefusedByTheProbe) {
   Registry r;
   EXPECT_TRUE(r.add_directory(std::string(SIEVE_FIXTURE_DIR) + "/hostile"));  // and we are alive
   EXPECT_TRUE(r.names().empty());
-  ASSERT_EQ(r.failures().size(), 2u);
+  ASSERT_EQ(r.failures().size(), 3u);
   for (const auto& f : r.failures()) {
-    if (fs::path(f.path).filename() == "libsieve_crash_on_load.so")
+    const std::string file = fs::path(f.path).filename().string();
+    if (file == "libsieve_crash_on_load.so")
       EXPECT_THAT(f.reason, HasSubstr("libsieve_crash_on_load.so: loading it crashed a probe "
                                       "process (Segmentation fault, signal 11)"));
+    else if (file == "libsieve_crash_on_unload.so")
+      EXPECT_THAT(f.reason, HasSubstr("libsieve_crash_on_unload.so: unloading it (its finalisers) "
+                                      "crashed a probe process (Segmentation fault, signal 11)"));
     else
       EXPECT_THAT(f.reason, HasSubstr("n_params 1000000 exceeds the limit 256"));
   }
+  // Refused, so never mapped here: this process's exit runs no finaliser of it.
+  EXPECT_EQ(::dlopen(hostile("crash_on_unload").c_str(), RTLD_NOW | RTLD_NOLOAD), nullptr);
 }
 
 TEST(HostileDiscovery, ProbeAnswersAreCachedUntilTheFileChanges) {
@@ -127,8 +135,9 @@ TEST(HostileDiscovery, ByteFlippedCopiesOfARealPluginNeverTakeTheHostDown) {
   EXPECT_GT(refused, kSeeds / 2) << "the flips should break most copies; the test flips nothing?";
 }
 
-// The CLI on a directory holding a corrupted copy of dense and both hostile fixtures: `sieve
-// plugins` lists the real ones, a chain on dense runs, both warn with the bad files' names.
+// The CLI on a directory holding corrupted copies of dense and the hostile fixtures: `sieve
+// plugins` lists the real ones (and exits cleanly: no finaliser of a refused file runs in it), a
+// chain on dense runs, both warn with the bad files' names.
 class HostileCli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -140,6 +149,7 @@ class HostileCli : public ::testing::Test {
       sieve::test::write_bytes(dir_.str() + "/libsieve_flipped" + std::to_string(seed) + ".so", bad);
     }
     dir_.add(hostile("crash_on_load"), "libsieve_crash_on_load.so");
+    dir_.add(hostile("crash_on_unload"), "libsieve_crash_on_unload.so");
     dir_.add(hostile("many_params"), "libsieve_many_params.so");
   }
   sieve::testing::CommandResult sieve(const std::string& args) {
@@ -157,6 +167,8 @@ TEST_F(HostileCli, PluginsListsTheGoodAndNamesTheBad) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("dense 1.0.0 (sieve)"));  // the real one, listed
   EXPECT_THAT(r.out, HasSubstr("libsieve_crash_on_load.so: loading it crashed a probe process"));
+  EXPECT_THAT(r.out, HasSubstr("libsieve_crash_on_unload.so: unloading it (its finalisers) crashed a "
+                               "probe process"));
   EXPECT_THAT(r.out, HasSubstr("n_params 1000000 exceeds the limit 256"));
 }
 

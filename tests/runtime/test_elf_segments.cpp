@@ -1,9 +1,10 @@
 // check_elf_file on copies of a real plugin with one header field corrupted, the offset computed
-// from the plugin's own headers. The cases are byte-flipped copies that crashed the host (ASan
-// build) after passing the probe process, which touches no host memory after loading and never
-// runs the library's finalisers: a p_memsz making a loadable segment reach past the next one
-// (glibc mapped its zero-fill over the host's heap: SEGV in a later delete), and a DT_FINI_ARRAY
-// pointing into read-only data (glibc called those bytes at the host's exit).
+// from the plugin's own headers. The segment cases are byte-flipped copies that crashed the host
+// (ASan build) after passing the probe process, which touches no host memory after loading and
+// then ran no finalisers: a p_memsz making a loadable segment reach past the next one (glibc
+// mapped its zero-fill over the host's heap: SEGV in a later delete), and a DT_FINI_ARRAY pointing
+// into read-only data (glibc called those bytes at the host's exit). Then every section header
+// and every dynamic-section address glibc follows, moved outside the file or the object.
 #include <elf.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -70,6 +71,25 @@ std::vector<DynamicEntry> dynamic_entries(const std::vector<char>& image, Elf64_
   return out;
 }
 
+// A section header of an image and where it lies in the file.
+struct Section {
+  unsigned index;
+  size_t offset;
+  Elf64_Shdr sh;
+};
+
+std::vector<Section> section_headers(const std::vector<char>& image) {
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, image.data(), sizeof eh);
+  std::vector<Section> out;
+  for (unsigned i = 0; i < eh.e_shnum; ++i) {
+    Section s{i, size_t(eh.e_shoff + i * sizeof(Elf64_Shdr)), {}};
+    std::memcpy(&s.sh, image.data() + s.offset, sizeof s.sh);
+    out.push_back(s);
+  }
+  return out;
+}
+
 class HostileElfSegments : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -96,6 +116,12 @@ class HostileElfSegments : public ::testing::Test {
     e.d.d_un.d_ptr = ptr;
     auto bad = image_;
     std::memcpy(bad.data() + e.offset, &e.d, sizeof e.d);
+    return write(bad);
+  }
+  // A copy with section header `s` replaced, written out; its path.
+  std::string with_section(const Section& s) {
+    auto bad = image_;
+    std::memcpy(bad.data() + s.offset, &s.sh, sizeof s.sh);
     return write(bad);
   }
   // The address one past the last loadable segment's memory.
@@ -188,6 +214,82 @@ TEST_F(HostileElfSegments, AFiniFunctionOutsideCodeIsRefused) {
   EXPECT_EQ(check_elf_file(with_pointer(fini[0], data->ph.p_vaddr)),
             "malformed dynamic section: DT_FINI at " + hex(data->ph.p_vaddr) +
                 " is not in an executable loadable segment: the loader would call it");
+}
+
+// Section headers: glibc never reads them (check_elf_file's comment), but one that points
+// outside the file, or a loaded section the segments do not put where it says, is a damaged file.
+TEST_F(HostileElfSegments, SectionHeadersPastTheEndAreRefused) {
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, image_.data(), sizeof eh);
+  ASSERT_GT(eh.e_shnum, 1u);
+  eh.e_shoff = image_.size() - sizeof(Elf64_Shdr);  // the last entry fits, the others do not
+  auto bad = image_;
+  std::memcpy(bad.data(), &eh, sizeof eh);
+  EXPECT_EQ(check_elf_file(write(bad)), "truncated ELF file: section headers at byte " +
+                                            std::to_string(eh.e_shoff) + " lie past its end (" +
+                                            std::to_string(image_.size()) + " bytes)");
+}
+
+TEST_F(HostileElfSegments, EverySectionReachingPastTheFileIsRefused) {
+  const uint64_t size = image_.size();
+  unsigned cases = 0;
+  for (Section s : section_headers(image_)) {
+    if (s.sh.sh_type == SHT_NULL || s.sh.sh_type == SHT_NOBITS || s.sh.sh_size == 0) continue;
+    SCOPED_TRACE("section " + std::to_string(s.index));
+    const std::string past = "malformed ELF file: section " + std::to_string(s.index) + " claims bytes up to ";
+    Section longer = s;  // one byte too long
+    longer.sh.sh_size = size - s.sh.sh_offset + 1;
+    EXPECT_EQ(check_elf_file(with_section(longer)), past + std::to_string(size + 1) + ", the file has " + std::to_string(size));
+    Section moved = s;  // starting at the end of the file
+    moved.sh.sh_offset = size;
+    EXPECT_EQ(check_elf_file(with_section(moved)),
+              past + std::to_string(size + s.sh.sh_size) + ", the file has " + std::to_string(size));
+    ++cases;
+  }
+  EXPECT_GE(cases, 10u) << "the dense plugin has fewer than 10 sections with file bytes?";
+}
+
+TEST_F(HostileElfSegments, EveryLoadedSectionOutsideItsSegmentIsRefused) {
+  unsigned cases = 0;
+  for (Section s : section_headers(image_)) {
+    if (!(s.sh.sh_flags & SHF_ALLOC) || s.sh.sh_type == SHT_NOBITS || s.sh.sh_size == 0) continue;
+    SCOPED_TRACE("section " + std::to_string(s.index));
+    auto refusal = [&](const Section& bad) {
+      return "malformed ELF file: section " + std::to_string(s.index) + " (loaded at " +
+             hex(bad.sh.sh_addr) + ", " + std::to_string(bad.sh.sh_size) + " bytes from byte " +
+             std::to_string(bad.sh.sh_offset) + ") is not where the loadable segments put it";
+    };
+    Section beyond = s;  // an address past the object's memory
+    beyond.sh.sh_addr = image_end();
+    EXPECT_EQ(check_elf_file(with_section(beyond)), refusal(beyond));
+    Section shifted = s;  // in the file, one byte before where its segment maps its address
+    shifted.sh.sh_offset -= 1;
+    EXPECT_EQ(check_elf_file(with_section(shifted)), refusal(shifted));
+    ++cases;
+  }
+  EXPECT_GE(cases, 8u) << "the dense plugin has fewer than 8 loaded sections?";
+}
+
+// Every address in the dynamic section that glibc follows, moved past the object's memory.
+TEST_F(HostileElfSegments, EveryDynamicPointerOutsideTheObjectIsRefused) {
+  const struct { Elf64_Sxword tag; const char* name; } pointers[] = {
+      {DT_STRTAB, "DT_STRTAB"},     {DT_SYMTAB, "DT_SYMTAB"},         {DT_HASH, "DT_HASH"},
+      {DT_GNU_HASH, "DT_GNU_HASH"}, {DT_RELA, "DT_RELA"},             {DT_JMPREL, "DT_JMPREL"},
+      {DT_INIT, "DT_INIT"},         {DT_FINI, "DT_FINI"},             {DT_INIT_ARRAY, "DT_INIT_ARRAY"},
+      {DT_FINI_ARRAY, "DT_FINI_ARRAY"}, {DT_PREINIT_ARRAY, "DT_PREINIT_ARRAY"},
+      {DT_PLTGOT, "DT_PLTGOT"},     {DT_VERSYM, "DT_VERSYM"},         {DT_VERNEED, "DT_VERNEED"},
+      {DT_VERDEF, "DT_VERDEF"}};
+  const uint64_t outside = image_end() + 0x1000;
+  unsigned cases = 0;
+  for (const auto& p : pointers)
+    for (const DynamicEntry& e : dynamic_entries(image_, p.tag)) {
+      SCOPED_TRACE(p.name);
+      const std::string why = check_elf_file(with_pointer(e, outside));
+      EXPECT_THAT(why, HasSubstr(std::string("malformed dynamic section: ") + p.name + " at " + hex(outside) + " ("));
+      EXPECT_THAT(why, HasSubstr(") lies outside the loadable segments"));
+      ++cases;
+    }
+  EXPECT_GE(cases, 8u) << "the dense plugin has fewer than 8 of these dynamic entries?";
 }
 
 }  // namespace

@@ -72,6 +72,8 @@ if command -v pkg-config > /dev/null && command -v cc > /dev/null; then
   # No --plugin-dir: the default chain's streaming plugin is found next to the installed library;
   # and the installed runtime's engine_pool store over the host's own pages.
   (cd / && "$WORK/c_host_pc" --engine-pool) || fail "c_host (pkg-config build, --engine-pool) failed"
+else
+  echo "sdk test: no pkg-config or cc: the pkg-config build of c_host skipped (Debian: pkg-config, in docs/debian-packages.txt)"
 fi
 # Python: the installed `sieve` package (it finds the installed library, which finds its plugins),
 # with numpy tensors; no compiler involved.

@@ -63,7 +63,7 @@ const sieve_kv_store_api* paged_store_api() {
     d.version_major = 1;
     d.version_minor = 1;
     d.summary = "the core's paged K/V pools (host memory, or CUDA device memory), FlashInfer HND pages";
-    d.devices = SIEVE_DEVICE_CPU | (paged_cuda_store_api() ? SIEVE_DEVICE_CUDA : 0u);
+    d.devices = SIEVE_DEVICE_CPU | (paged_cuda_store_api() ? uint32_t(SIEVE_DEVICE_CUDA) : 0u);
     d.dtypes = SIEVE_DTYPE_F32 | SIEVE_DTYPE_F16 | SIEVE_DTYPE_BF16;
     d.page_sizes = kPageSizes;
     d.n_page_sizes = 3;

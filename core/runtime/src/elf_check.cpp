@@ -168,6 +168,14 @@ std::string check_headers(ElfFile& f, const Elf64_Ehdr& eh, Segments* seg, Elf64
       return "malformed ELF file: section " + num(i) + " claims bytes up to " +
              num(sh.sh_offset + sh.sh_size) + ", the file has " + num(f.size());
     claimed_end = std::max(claimed_end, sh.sh_offset + sh.sh_size);
+    // glibc maps segments and never reads a section header, so a damaged one cannot mislead
+    // dlopen; but a linker derives a loaded section's address and file offset from the segment
+    // that holds it, and a section that disagrees with the segments means the headers were
+    // damaged, as the size mismatch below does.
+    if ((sh.sh_flags & SHF_ALLOC) && sh.sh_size && seg->file_offset(sh.sh_addr, sh.sh_size) != sh.sh_offset)
+      return "malformed ELF file: section " + num(i) + " (loaded at " + hex(sh.sh_addr) + ", " +
+             num(sh.sh_size) + " bytes from byte " + num(sh.sh_offset) +
+             ") is not where the loadable segments put it";
   }
   // Linkers and strip write the section headers last: bytes beyond what the headers describe
   // mean the file was extended or its header offsets were damaged.

@@ -130,7 +130,7 @@ std::string identifier_problem(const char* name) {
   return name_problem(name, is_identifier(name), "[a-z0-9_]+");
 }
 
-bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error) {
+bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error, Unload unload) {
   const std::string file = file_label(path);
   if (std::string why = check_elf_file(path); !why.empty()) {
     *error = file + ": " + why;
@@ -163,7 +163,8 @@ bool open_plugin_library(const std::string& path, PluginLibrary* out, std::strin
   // mapped, and unloading then re-loading it (a registry destroyed and rebuilt) makes its kernels
   // crash at launch — seen on an H200 when streaming was loaded and unloaded before CUDA was
   // initialised. Pinned code also can never vanish under device work still in flight.
-  if (void* pin = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE)) ::dlclose(pin);
+  if (unload == Unload::never)
+    if (void* pin = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE)) ::dlclose(pin);
   p.lib = std::move(lib);
   *out = std::move(p);
   return true;

@@ -32,8 +32,12 @@ std::string file_name(const std::string& path) {
   return std::filesystem::path(path).filename().string();
 }
 
-// One child loads paths[first..] in order. It announces each file ("B <i>") before loading it and
-// answers ("R <i> ok" / "R <i> error <reason>") after, so when it dies the file it died in is known.
+// One child loads paths[first..] in order. It announces each file ("B <i>") before loading it,
+// then ("U <i>") before unloading it, and answers ("R <i> ok" / "R <i> error <reason>") after, so
+// when it dies the file it died in, and whether in its constructors or its finalisers, is known.
+// Unloading runs the finalisers (DT_FINI, DT_FINI_ARRAY, C++ static destructors) the host would
+// otherwise run first at its exit, after every check had passed (the child _exit()s, running none).
+// A library marked NODELETE (linked -z nodelete) stays mapped and keeps its finalisers for exit.
 // Fills answers[i] for every file it finished and returns the index of the one it died in, or
 // paths.size() when it finished them all.
 size_t probe_batch(const std::vector<std::string>& paths, size_t first, uint32_t host_major,
@@ -42,13 +46,16 @@ size_t probe_batch(const std::vector<std::string>& paths, size_t first, uint32_t
       [&](int fd) {
         for (size_t i = first; i < paths.size(); ++i) {
           write_all(fd, "B " + std::to_string(i) + "\n");
-          PluginLibrary lib;
-          LoadedPlugin plugin;
           std::string error;
-          if (open_plugin_library(paths[i], &lib, &error)) {
-            lib.score = nullptr;  // the score may initialise a GPU: the host asks it, not the probe
-            negotiate_plugin(lib, &plugin, &error, host_major);
-          }
+          {
+            PluginLibrary lib;
+            LoadedPlugin plugin;
+            if (open_plugin_library(paths[i], &lib, &error, Unload::on_release)) {
+              lib.score = nullptr;  // the score may initialise a GPU: the host asks it, not the probe
+              negotiate_plugin(lib, &plugin, &error, host_major);
+            }
+            write_all(fd, "U " + std::to_string(i) + "\n");
+          }  // the last holders of the library go: dlclose
           for (char& c : error)
             if (c == '\n') c = ' ';
           write_all(fd, "R " + std::to_string(i) + (error.empty() ? " ok" : " error " + error) + "\n");
@@ -61,6 +68,7 @@ size_t probe_batch(const std::vector<std::string>& paths, size_t first, uint32_t
     return paths.size();
   }
   size_t begun = paths.size();
+  bool unloading = false;  // the child had announced unloading `begun`
   std::istringstream lines(r.output);
   for (std::string line; std::getline(lines, line);) {
     std::istringstream in(line);
@@ -68,7 +76,8 @@ size_t probe_batch(const std::vector<std::string>& paths, size_t first, uint32_t
     size_t i = 0;
     if (!(in >> kind >> i) || i < first || i >= paths.size()) continue;
     std::getline(in, rest);
-    if (kind == "B") begun = i;
+    if (kind == "B") begun = i, unloading = false;
+    if (kind == "U") unloading = i == begun;
     if (kind != "R") continue;
     begun = paths.size();
     (*answers)[i] = rest == " ok" ? "" : rest.rfind(" error ", 0) == 0 ? rest.substr(7) : rest;
@@ -78,18 +87,19 @@ size_t probe_batch(const std::vector<std::string>& paths, size_t first, uint32_t
     while (begun < paths.size() && (*answers)[begun] != "?") ++begun;
     if (begun == paths.size()) return begun;
   }
-  const std::string file = file_name(paths[begun]);
+  const std::string file = file_name(paths[begun]) + ": ";
+  const std::string doing = unloading ? "unloading it (its finalisers)" : "loading it";
   if (r.timed_out)
-    (*answers)[begun] = file + ": loading it did not finish in a probe process (killed after " +
+    (*answers)[begun] = file + doing + " did not finish in a probe process (killed after " +
                         std::to_string(kProbeTimeout.count() * int(paths.size() - first)) + " s)";
   else if (r.term_signal)
-    (*answers)[begun] = file + ": loading it crashed a probe process (" + strsignal(r.term_signal) +
+    (*answers)[begun] = file + doing + " crashed a probe process (" + strsignal(r.term_signal) +
                         ", signal " + std::to_string(r.term_signal) + ")";
   else if (r.exit_status)
-    (*answers)[begun] = file + ": loading it ended a probe process with exit status " +
+    (*answers)[begun] = file + doing + " ended a probe process with exit status " +
                         std::to_string(r.exit_status);
   else
-    (*answers)[begun] = file + ": a probe process loading it ended without an answer";
+    (*answers)[begun] = file + "a probe process " + doing + " ended without an answer";
   return begun;
 }
 

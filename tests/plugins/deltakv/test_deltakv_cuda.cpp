@@ -320,7 +320,9 @@ TEST_F(DeltaKvCuda, EngineLayoutsGiveBitIdenticalOutputs) {
       sieve_selection sel{};
       sel.hdr = SIEVE_HEADER_INIT(sieve_selection);
       sel.kind = SIEVE_SEL_ALL;
-      if (gpu) EXPECT_EQ(api_->attend(gpu, &dc.call, &sel, &dc.out.t), SIEVE_OK) << api_->last_error(gpu);
+      if (gpu) {
+        EXPECT_EQ(api_->attend(gpu, &dc.call, &sel, &dc.out.t), SIEVE_OK) << api_->last_error(gpu);
+      }
       std::string error;
       EXPECT_TRUE(gpu_->synchronize(&error)) << error;
       std::vector<unsigned char> bytes(dc.out.bytes);

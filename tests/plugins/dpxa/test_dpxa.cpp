@@ -204,7 +204,9 @@ TEST(DpxaCore, MaxRowTilesCoversEveryChunkedPrefill) {
       SCOPED_TRACE(::testing::Message() << "B " << B << ", max_seq_len " << L);
       EXPECT_LE(worst, sieve::dpxa::max_row_tiles(L, B));
       // (A max_seq_len ending mid-block can absorb the excess in its short last key block.)
-      if (L % B == 0) EXPECT_GT(worst, kb * (kb + 1) / 2);
+      if (L % B == 0) {
+        EXPECT_GT(worst, kb * (kb + 1) / 2);
+      }
     }
 }
 

@@ -24,11 +24,13 @@ inline void ref_rope(std::vector<double>& x, int64_t pos, double theta) {
   }
 }
 
-inline void ref_rms(std::vector<double>& x) {
+// Returns the factor r applied (the RMSNorm backward's gain: dx = r (dy - y mean(dy . y))).
+inline double ref_rms(std::vector<double>& x) {
   double ss = 0;
   for (double v : x) ss += v * v;
   const double r = 1.0 / std::sqrt(ss / double(x.size()) + 1e-6);
   for (double& v : x) v *= r;
+  return r;
 }
 
 inline std::vector<double> ref_project(const float* W, const std::vector<double>& x, int32_t rows) {
@@ -90,10 +92,10 @@ inline double ref_score_bound(const std::vector<double>& q, const std::vector<do
 }
 
 // Gate key of block j of KV head h from the sequence's pre-RoPE keys k_pre [T, hkv, d]; with
-// `bound`, ref_gate_bound of each element too.
+// `bound`, ref_gate_bound of each element too; with `rms_factor`, RMSNorm's factor (1 without it).
 inline std::vector<double> ref_gate_key(const seer::GateWeights& w, int32_t layer, int32_t h,
                                         const std::vector<float>& k_pre, int64_t j,
-                                        std::vector<double>* bound = nullptr) {
+                                        std::vector<double>* bound = nullptr, double* rms_factor = nullptr) {
   const seer::GateShape& s = w.shape;
   const int32_t d = s.head_dim;
   std::vector<double> pooled(size_t(3 * d)), pooled_abs(size_t(3 * d));
@@ -118,15 +120,17 @@ inline std::vector<double> ref_gate_key(const seer::GateWeights& w, int32_t laye
     *bound = ref_gate_bound(w.wk_at(layer, h), pooled, pooled_abs, s.gate_dim, 3 * d + s.block + 1,
                             s.rmsnorm, j * s.block, s.rope_theta);
   std::vector<double> y = ref_project(w.wk_at(layer, h), pooled, s.gate_dim);
-  if (s.rmsnorm) ref_rms(y);
+  const double r = s.rmsnorm ? ref_rms(y) : 1.0;
+  if (rms_factor) *rms_factor = r;
   ref_rope(y, j * s.block, s.rope_theta);
   return y;
 }
 
-// Gate query of KV head h from the query token's pre-RoPE heads q_pre [hq, d].
+// Gate query of KV head h from the query token's pre-RoPE heads q_pre [hq, d]; `bound` and
+// `rms_factor` as for ref_gate_key.
 inline std::vector<double> ref_gate_query(const seer::GateWeights& w, int32_t layer, int32_t h,
                                           const std::vector<float>& q_pre, int64_t pos,
-                                          std::vector<double>* bound = nullptr) {
+                                          std::vector<double>* bound = nullptr, double* rms_factor = nullptr) {
   const seer::GateShape& s = w.shape;
   const int32_t gd = s.group_dim();
   std::vector<double> x(static_cast<size_t>(gd)), x_abs(static_cast<size_t>(gd));
@@ -134,7 +138,8 @@ inline std::vector<double> ref_gate_query(const seer::GateWeights& w, int32_t la
   for (int32_t i = 0; i < gd; ++i) x_abs[size_t(i)] = std::abs(x[size_t(i)]);
   if (bound) *bound = ref_gate_bound(w.wq_at(layer, h), x, x_abs, s.gate_dim, gd, s.rmsnorm, pos, s.rope_theta);
   std::vector<double> y = ref_project(w.wq_at(layer, h), x, s.gate_dim);
-  if (s.rmsnorm) ref_rms(y);
+  const double r = s.rmsnorm ? ref_rms(y) : 1.0;
+  if (rms_factor) *rms_factor = r;
   ref_rope(y, pos, s.rope_theta);
   return y;
 }
@@ -189,8 +194,9 @@ inline void expect_top_k_row(const std::vector<int32_t>& row, const std::vector<
     if (chosen.count(j)) worst_chosen = std::min(worst_chosen, scores[size_t(j)]);
     else best_other = std::max(best_other, scores[size_t(j)]);
   }
-  if (!chosen.empty() && best_other > -INFINITY)
+  if (!chosen.empty() && best_other > -INFINITY) {
     EXPECT_GE(worst_chosen, best_other - tol) << "a better-scored block was left out";
+  }
 }
 
 }  // namespace sieve::testing

@@ -128,7 +128,7 @@ class SeerSession {
   int32_t add_sequence() {
     int32_t id = -1;
     EXPECT_EQ(api_->add_sequence(kv_, &id), SIEVE_OK);
-    seqs_.push_back({id, {}, {}, {}});
+    seqs_.push_back({id, {}, {}, {}, {}});
     return int32_t(seqs_.size() - 1);
   }
 

@@ -217,8 +217,9 @@ TEST_F(SeerCpu, EngineLayoutsGiveBitIdenticalCachesAndSelections) {
       const std::vector<float> cache = run(layout, &rows);
       EXPECT_EQ(rows, want_rows);
       ASSERT_EQ(cache.size(), want_cache.size());
-      if (!cache.empty())  // the oracle (mode 2) keeps no cache: nothing to compare, and no pointer to pass
+      if (!cache.empty()) {  // the oracle (mode 2) keeps no cache: nothing to compare, and no pointer to pass
         EXPECT_EQ(std::memcmp(cache.data(), want_cache.data(), cache.size() * 4), 0) << "K-compression cache differs";
+      }
     }
   }
 }

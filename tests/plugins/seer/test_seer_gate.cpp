@@ -1,7 +1,7 @@
 // The seer gate library (gate/) on its own, without the plugin: the gate arithmetic (pooling,
-// projection, RoPE, score) against an f64 recomputation, the built-in mean gate, the gate file
-// (round trip and refusals) and the distillation (gradient vs finite differences, KL goes down,
-// determinism). The plugin over the paged store is in test_seer.cpp.
+// projection, RoPE, score) against an f64 recomputation, the built-in mean gate and the gate file
+// (round trip and refusals). The distillation is in test_seer_distill.cpp, the plugin over the
+// paged store in test_seer.cpp.
 #include <gtest/gtest.h>
 #include <sieve/util/error.hpp>
 
@@ -10,9 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "gate/block_truth.hpp"
 #include "gate/builtin_gate.hpp"
-#include "gate/distill.hpp"
 #include "gate/gate_file.hpp"
 #include "gate/gate_math.hpp"
 #include "seer_reference.hpp"
@@ -178,106 +176,6 @@ TEST(SeerGateFile, RefusesOutOfRangeMetadataAndDirectories) {
   EXPECT_NE(error_of(with_meta("head_dim", "1073741824")).find("too large"), std::string::npos);
   const std::string dir = error_of(::testing::TempDir());
   EXPECT_NE(dir.find("is a directory"), std::string::npos) << dir;
-}
-
-// ---- distillation ------------------------------------------------------------------------------
-
-// A small synthetic problem with structure a gate can learn: keys of each block share a random
-// direction; queries point at one block's direction.
-std::vector<sg::DistillSequence> synthetic_data(const sg::GateShape& s, int32_t n, int32_t T, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  const int32_t d = s.head_dim, hq = s.n_q_heads, hkv = s.n_kv_heads;
-  std::vector<sg::DistillSequence> out;
-  for (int32_t i = 0; i < n; ++i) {
-    std::vector<std::vector<float>> qpre(size_t(s.n_layers)), kpre(size_t(s.n_layers)), qpost, kpost;
-    for (int32_t L = 0; L < s.n_layers; ++L) {
-      const int32_t nb = (T + s.block - 1) / s.block;
-      std::vector<float> dirs(size_t(nb) * hkv * d);
-      for (float& x : dirs) x = nd(rng);
-      kpre[size_t(L)].resize(size_t(T) * hkv * d);
-      qpre[size_t(L)].resize(size_t(T) * hq * d);
-      for (int32_t t = 0; t < T; ++t) {
-        for (int32_t h = 0; h < hkv; ++h)
-          for (int32_t c = 0; c < d; ++c)
-            kpre[size_t(L)][(size_t(t) * hkv + h) * d + c] = 2.f * dirs[(size_t(t / s.block) * hkv + h) * d + c] + 0.3f * nd(rng);
-        const int32_t target = std::uniform_int_distribution<int32_t>(0, std::max(0, t / s.block))(rng);
-        for (int32_t qh = 0; qh < hq; ++qh)
-          for (int32_t c = 0; c < d; ++c)
-            qpre[size_t(L)][(size_t(t) * hq + qh) * d + c] =
-                1.5f * dirs[(size_t(target) * hkv + qh / s.group()) * d + c] + 0.3f * nd(rng);
-      }
-    }
-    qpost = qpre;  // the synthetic "model" applies no RoPE: post == pre
-    kpost = kpre;
-    out.push_back(sg::make_distill_sequence(s, T, qpre, kpre, qpost, kpost));
-  }
-  return out;
-}
-
-TEST(SeerDistill, GradientMatchesFiniteDifferences) {
-  for (bool rms : {false, true}) {
-    sg::GateShape s;
-    s.n_layers = 1;
-    s.n_q_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 4;
-    s.block = 16;
-    s.gate_dim = 6;
-    s.rmsnorm = rms;
-    const auto data = synthetic_data(s, 2, 70, 3);
-    sg::GateWeights w = sg::random_gate(s, 2);
-    std::vector<float> gq, gk;
-    const std::vector<int32_t> all = {0, 1};
-    sg::gate_loss_and_grad(w, data, all, &gq, &gk);
-    std::mt19937 rng(1);
-    for (int trial = 0; trial < 12; ++trial) {
-      const bool q = trial % 2 == 0;
-      std::vector<float>& p = q ? w.wq : w.wk;
-      const size_t i = std::uniform_int_distribution<size_t>(0, p.size() - 1)(rng);
-      const float keep = p[i], eps = 1e-2f;
-      p[i] = keep + eps;
-      const double up = sg::gate_loss_and_grad(w, data, all, nullptr, nullptr);
-      p[i] = keep - eps;
-      const double down = sg::gate_loss_and_grad(w, data, all, nullptr, nullptr);
-      p[i] = keep;
-      // The reported loss is the mean over all groups' rows; the gradient is per group mean
-      // (n_kv_heads groups here, one layer), so scale by the group count.
-      const double numeric = (up - down) / (2 * eps) * s.n_kv_heads;
-      const double analytic = q ? gq[i] : gk[i];
-      EXPECT_NEAR(analytic, numeric, 2e-3 + 0.03 * std::fabs(numeric)) << (q ? "wq[" : "wk[") << i << "] rms " << rms;
-    }
-  }
-}
-
-TEST(SeerDistill, LowersKlDeterministically) {
-  sg::GateShape s;
-  s.n_layers = 1;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 8;
-  s.block = 16;
-  s.gate_dim = 8;
-  const auto train = synthetic_data(s, 6, 96, 1);
-  const auto held = synthetic_data(s, 2, 96, 2);
-  sg::DistillOptions o;
-  o.steps = 40;
-  o.batch = 2;
-  o.lr = 1e-2;  // a short run
-  o.seed = 4;
-  sg::GateWeights w = sg::random_gate(s, 4);
-  const sg::GateEval before = sg::evaluate_gate(w, held);
-  sg::distill_gate(w, train, o);
-  const sg::GateEval after = sg::evaluate_gate(w, held);
-  EXPECT_LT(after.kl, 0.7 * before.kl) << "KL " << before.kl << " -> " << after.kl;
-  EXPECT_GT(after.gate_recall, before.gate_recall);
-  // The oracle's blocks hold the most mass by definition: equal at most to f64 rounding of the
-  // 96-token mass sums.
-  EXPECT_LE(after.gate_recall, after.oracle_recall + sieve::tolerance::kSafety * sieve::tolerance::gamma(2 * 96, sieve::tolerance::kF64));
-  sg::GateWeights again = sg::random_gate(s, 4);
-  sg::distill_gate(again, train, o);
-  EXPECT_EQ(again.wq, w.wq) << "same seed, same weights";
-  EXPECT_EQ(again.wk, w.wk);
 }
 
 }  // namespace

@@ -90,8 +90,15 @@ std::string text_problem(const char* s);
 // than 64 bytes".
 std::string identifier_problem(const char* name);
 
+// What happens to an opened library when the last PluginLibrary / LoadedPlugin holding it goes:
+// `never`: it stays mapped for the life of the process (loader.cpp says why) and its finalisers
+// run at the process's exit; `on_release`: dlclose unmaps it and runs its finalisers then (the
+// probe process, to run in the child what the host would run at its exit).
+enum class Unload { never, on_release };
+
 // check_elf_file + dlopen (RTLD_NOW | RTLD_LOCAL) + look up the entry and score symbols.
-bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error);
+bool open_plugin_library(const std::string& path, PluginLibrary* out, std::string* error,
+                         Unload unload = Unload::never);
 
 // Call the entry point offering `host_major`, check the answer and the table.
 bool negotiate_plugin(const PluginLibrary& library, LoadedPlugin* out, std::string* error,

@@ -1,6 +1,7 @@
 // Discovery's probe: before a plugin file is loaded into the host, it is loaded in a forked child
-// process (check_elf_file, dlopen, the entry point, the table checks; not sieve_plugin_score, which
-// may touch a GPU). A file that crashes or hangs glibc's loader, its own constructors or its entry
+// process (check_elf_file, dlopen, the entry point, the table checks, then dlclose, running the
+// finalisers the host would run at its exit; not sieve_plugin_score, which may touch a GPU). A
+// file that crashes or hangs glibc's loader, its own constructors or finalisers or its entry
 // point then costs a reason string instead of the host process. What a plugin does after it loaded
 // cleanly is trusted (docs/abi.md, "What the host trusts").
 #pragma once
