@@ -3,8 +3,13 @@
 # From the repository root; $OUT receives everything (h-pf.tgz + summary.txt). Stops itself at
 # PF_LIMIT_S (100) seconds. $SIEVE_BUILD: a build made with -DSIEVE_CUDA_HOPPER=ON
 # (bench/device_all.sh's build-device-all), used as is; unset: built here.
-#   1. The suite case that failed its device check in B2 (16K 50% sparse, beside its dense case),
-#      and bench_device_arena_test (the uploads land in stream order).
+#   0. The Hopper kernel's correctness after 332d2fc (its non-TMA page copy): cuda_test's prefill
+#      tests that cover that copy (ragged pages, page sizes 8..64 incl. 24, bad page ids, block
+#      selections with empty rows; ~6 s; the 45 s PrefillLongPromptsManyTiles is left to ctest), then
+#      compute-sanitizer memcheck on the bad-page-id and page-size-24 tests.
+#   1. The suite case that failed its device check in B2 (16K 50% sparse), the 16K and 32K dense and
+#      50/90/95% rows (the per-tile fit of docs/bench/README.md before/after 332d2fc), and
+#      bench_device_arena_test (the uploads land in stream order).
 #   2. Nsight Compute (--clock-control none) on the Hopper prefill kernel: dense 32K and 90%
 #      sparse 16K of the kernel suite; sections SpeedOfLight, WarpStateStats, SchedulerStats,
 #      Occupancy, MemoryWorkloadAnalysis, ComputeWorkloadAnalysis; the top stall reasons printed.
@@ -56,25 +61,40 @@ ncu_sections() {
   cat "$X/ncu_$name.stalls.txt" 2>/dev/null | head -40
 }
 
-# 1. The failed case and the arena test.
+# 0. Correctness of the Hopper kernel's page copy (332d2fc).
+TF='AttentionCudaTensorCores.PrefillGqaHeadDimsPageSizes:AttentionCudaTensorCores.PrefillBlockSelections:AttentionCudaTensorCores.BadEntriesAreSkippedAndReported:AttentionCudaTensorCores.PrefillScaleSignPicksTheKernel:AttentionCudaTensorCores.EngineLayoutsGiveBitIdenticalOutputs:AttentionCuda.PageSizesThatAreNotPowersOfTwo'
+within 25 $BIN/cuda_test --gtest_filter="$TF" > "$X/cuda_test.log" 2>&1
+st "cuda_test (Hopper prefill subset) rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$X/cuda_test.log" | tr '\n' ' ')"
+grep -h "Failure" -A3 "$X/cuda_test.log" | head -12
+
+# 0b. memcheck on the tests that take the copy's odd paths (bad page ids, page size 24).
+if command -v compute-sanitizer > /dev/null; then
+  within 15 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test \
+    --gtest_filter='AttentionCudaTensorCores.BadEntriesAreSkippedAndReported:AttentionCuda.PageSizesThatAreNotPowersOfTwo' \
+    > "$X/memcheck.log" 2>&1
+  st "memcheck rc=$? $(grep -h 'ERROR SUMMARY' "$X/memcheck.log" | tail -1)"
+fi
+# 1. The failed case, the rows of the per-tile fit, and the arena test.
 if [ -x $BIN/bench_device_arena_test ]; then
   within 30 $BIN/bench_device_arena_test > "$X/arena_test.log" 2>&1
   st "bench_device_arena_test rc=$? $(grep -hE '^\[  (PASSED|FAILED|SKIPPED) ' "$X/arena_test.log" | tr '\n' ' ')"
 else
   st "bench_device_arena_test: not built in $B"
 fi
-within 25 $BIN/sieve_bench --gpu-only --filter='gpu/prefill/64q8kv128/bs1/ctx16384/bf16/(dense|sparse0.50)$' \
-  --json="$X/sparse050.json" > "$X/sparse050.log" 2>&1
-st "suite 16K dense + sparse0.50 rc=$? $(grep -c 'ERROR OCCURRED' "$X/sparse050.log") errors"
-grep -E "^gpu/prefill" "$X/sparse050.log" | cut -c1-220
+within 30 $BIN/sieve_bench --gpu-only \
+  --filter='gpu/prefill/64q8kv128/bs1/(ctx16384/bf16/(dense|sparse0.50|sparse0.90|sparse0.95)|ctx32768/bf16/(dense|sparse0.90|sparse0.95))$' \
+  --json="$X/suite_rows.json" > "$X/suite_rows.log" 2>&1
+st "suite 16K/32K dense + 50/90/95% rc=$? $(grep -c 'ERROR OCCURRED' "$X/suite_rows.log") errors"
+awk '/^gpu\/prefill/ { t = ""; for (i = 2; i <= NF; ++i) if ($i ~ /^TFLOP/) t = $i; print $1, $2, $3, t, ($0 ~ /ERROR/ ? $0 : "") }' \
+  "$X/suite_rows.log" | cut -c1-240
 
 if ! command -v ncu > /dev/null; then
   st "ncu: absent on this machine"
 else
-  # 2. The Hopper kernel on the suite's dense 32K and 90% sparse 16K (the second call: warm).
+  # 2. The Hopper kernel on the suite's 90% sparse 16K and dense 32K (the second call: warm).
   S='gpu/prefill/64q8kv128/bs1'
-  ncu_sections dense32k prefill_wgmma 1 1 25 $BIN/sieve_bench --gpu-only --filter="$S/ctx32768/bf16/dense\$"
   ncu_sections sparse90_16k prefill_wgmma 1 1 20 $BIN/sieve_bench --gpu-only --filter="$S/ctx16384/bf16/sparse0.90\$"
+  ncu_sections dense32k prefill_wgmma 1 1 25 $BIN/sieve_bench --gpu-only --filter="$S/ctx32768/bf16/dense\$"
 
   # 3. Per-kernel times of the 128K prefill steps (dense first, then the chains in this order).
   POL=(--policy --phase prefill --layers 1 --hq 32 --hkv 8 --d 128 --page 16 --dtype bf16 --ctx 131072 --batch 1
