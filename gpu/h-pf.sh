@@ -46,7 +46,7 @@ R=/tmp/h-pf-ncu; rm -rf $R; mkdir -p $R  # reports stay here; their text comes b
 SECTIONS="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy
   --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
 
-# ncu_sections NAME KERNEL_REGEX SKIP COUNT CMD...: the sections on COUNT launches after SKIP.
+# ncu_sections NAME KERNEL_REGEX SKIP COUNT CAP CMD...: the sections on COUNT launches after SKIP (CAP s).
 ncu_sections() {
   local name=$1 k=$2 skip=$3 count=$4 cap=$5; shift 5
   within $cap ncu --clock-control none $SECTIONS -k "regex:$k" --launch-skip $skip --launch-count $count \
