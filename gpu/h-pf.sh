@@ -3,9 +3,10 @@
 # From the repository root; $OUT receives everything (h-pf.tgz + summary.txt). Stops itself at
 # PF_LIMIT_S (100) seconds. $SIEVE_BUILD: a build made with -DSIEVE_CUDA_HOPPER=ON
 # (bench/device_all.sh's build-device-all), used as is; unset: built here.
-#   0. The Hopper kernel's correctness after 332d2fc (its non-TMA page copy): cuda_test's prefill
-#      tests that cover that copy (ragged pages, page sizes 8..64 incl. 24, bad page ids, block
-#      selections with empty rows; ~6 s; the 45 s PrefillLongPromptsManyTiles is left to ctest), then
+#   0. The Hopper kernel's correctness after 332d2fc (its non-TMA page copy) and a4842a4 (K issued a
+#      tile ahead of V): cuda_test's prefill tests that cover them (ragged pages, page sizes 8..64
+#      incl. 24, bad page ids, block selections with empty rows; ~6 s; the 45 s
+#      PrefillLongPromptsManyTiles only with PF_LONG_TEST=1, else left to ctest), then
 #      compute-sanitizer memcheck on the bad-page-id and page-size-24 tests.
 #   1. The suite case that failed its device check in B2 (16K 50% sparse), the 16K and 32K dense and
 #      50/90/95% rows (the per-tile fit of docs/bench/README.md before/after 332d2fc), and
@@ -63,7 +64,10 @@ ncu_sections() {
 
 # 0. Correctness of the Hopper kernel's page copy (332d2fc).
 TF='AttentionCudaTensorCores.PrefillGqaHeadDimsPageSizes:AttentionCudaTensorCores.PrefillBlockSelections:AttentionCudaTensorCores.BadEntriesAreSkippedAndReported:AttentionCudaTensorCores.PrefillScaleSignPicksTheKernel:AttentionCudaTensorCores.EngineLayoutsGiveBitIdenticalOutputs:AttentionCuda.PageSizesThatAreNotPowersOfTwo'
-within 25 $BIN/cuda_test --gtest_filter="$TF" > "$X/cuda_test.log" 2>&1
+# PF_LONG_TEST=1 adds PrefillLongPromptsManyTiles (~45 s on an H100): the rings wrapping across
+# items with 1, 3 and 132 persistent CTAs, the case a4842a4's issue order changes.
+[ "${PF_LONG_TEST:-0}" = 1 ] && TF="$TF:AttentionCudaTensorCores.PrefillLongPromptsManyTiles"
+within $([ "${PF_LONG_TEST:-0}" = 1 ] && echo 75 || echo 25) $BIN/cuda_test --gtest_filter="$TF" > "$X/cuda_test.log" 2>&1
 st "cuda_test (Hopper prefill subset) rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$X/cuda_test.log" | tr '\n' ' ')"
 grep -h "Failure" -A3 "$X/cuda_test.log" | head -12
 
