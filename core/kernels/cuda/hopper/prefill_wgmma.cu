@@ -10,12 +10,11 @@
 //  - warpgroup 0, the producer: its first warp fills two 2-stage rings, one of K tiles and one of V
 //    tiles, each stage with its own `full` and `empty` mbarrier (K is released as soon as S is
 //    computed, V only after P·V: separate rings let K of tile j + 2 load while V of tile j is still
-//    read; within an item K is issued one tile ahead of V). Per tile, lane j resolves page j of the
-//    tile (128 / page_size pages); a page wholly inside the sequence is loaded by TMA (a box per
-//    64-column half, into 128-byte-swizzled rows), any other page's rows inside the sequence are
-//    copied by the warp with plain stores, and V's rows outside it zero-filled, so no NaN from a
-//    ragged last page or a spare page reaches P·V (0 x NaN = NaN); K's rows outside it are masked.
-//    With K it writes each key's position (INT32_MAX: invalid) and whether the tile needs
+//    read). Per tile, lane j resolves page j of the tile (128 / page_size pages); a page wholly
+//    inside the sequence is loaded by TMA (a box per 64-column half, into 128-byte-swizzled rows),
+//    any other page is copied (or zero-filled past the sequence / for an invalid slot) by the warp
+//    with plain stores, so no NaN from a ragged last page or a spare page reaches P·V (0 x NaN =
+//    NaN). With K it writes each key's position (INT32_MAX: invalid) and whether the tile needs
 //    masking. The other three warps leave after giving up their registers.
 //  - warpgroups 1 and 2, the consumers, 64 rows each. Intra-warpgroup overlap: iteration j issues
 //    S_j = Q·K_jᵀ (wgmma SS) and O += P_{j-1}·V_{j-1} (wgmma RS) back to back, then masks and
@@ -141,7 +140,8 @@ __device__ inline uint32_t tile_chunk(int r, int c) {
 // The pages of one key tile as the producer warp sees them: lane j < 128 / page_size holds page j.
 struct TilePages {
   int32_t phys = -1, pos0 = 0;  // physical page (-1: invalid slot or past the list) and its first position
-  unsigned clean_mask = 0;      // the warp's lanes whose page TMA loads: every token inside the sequence
+  bool clean = false;           // loaded by TMA: every token inside the sequence
+  unsigned clean_mask = 0;      // the warp's clean lanes
 };
 
 __device__ TilePages tile_pages(const AttnParams& p, const KeyList& keys, int32_t kv_len, int32_t t) {
@@ -152,7 +152,8 @@ __device__ TilePages tile_pages(const AttnParams& p, const KeyList& keys, int32_
     const int32_t slot = keys.slot_of(p, t * kKeys) + lane;
     if (int64_t(slot) * P < keys.n_keys) tp.phys = keys.resolve_slot(p, slot, tp.pos0);
   }
-  tp.clean_mask = __ballot_sync(0xffffffffu, lane < kKeys / P && tp.phys >= 0 && tp.pos0 + P <= kv_len);
+  tp.clean = lane < kKeys / P && tp.phys >= 0 && tp.pos0 + P <= kv_len;
+  tp.clean_mask = __ballot_sync(0xffffffffu, tp.clean);
   return tp;
 }
 
@@ -193,7 +194,7 @@ __device__ void load_clean(const AttnParams& p, const CUtensorMap* map, const Ti
   __syncwarp();  // the copies above are done (and fenced) before the arrival publishes them
   if (lane == 0) mbar_arrive_expect_tx(full, uint32_t(__popc(tp.clean_mask)) * 2u * uint32_t(p.page_size) * 128u);
   __syncwarp();
-  if (tp.clean_mask >> lane & 1)
+  if (tp.clean)
     for (int h = 0; h < 2; ++h) tma_load_4d(dst + h * kHalf + lane * p.page_size * 128, map, full, h * 64, 0, kvh, tp.phys);
 }
 
@@ -222,55 +223,9 @@ __device__ inline KeyList item_keys(const AttnParams& p, const Item& it) {
   return keys;
 }
 
-// K of the item's key tile t (the CTA's tile `tc`) into its ring stage once the consumers' S of
-// tile tc - 2 has freed it, with each key's position (INT32_MAX: invalid) and the tile's mask flag
-// (a key past the item's first query, or an invalid one).
-template <class T>
-__device__ void load_k(const AttnParams& p, const CUtensorMap* kmap, const KeyList& keys, const Item& it, int32_t t,
-                       int32_t tc, unsigned char* base) {
-  const int lane = threadIdx.x % 32;
-  const Rings bars(base);
-  const int st = tc % kStages;
-  const TilePages tp = tile_pages(p, keys, it.kv_len, t);
-  if (tc >= kStages) mbar_wait(&bars.k_empty[st], uint32_t(tc / kStages - 1) & 1u);
-  int32_t* kpos = reinterpret_cast<int32_t*>(base + Smem::kpos) + st * kKeys;
-  int32_t max_pos = -1;
-  for (int r = lane; r < kKeys; r += 32) {
-    const int32_t pg = keys.slot_of(p, r);  // r's page in the tile (a shift for power-of-two pages)
-    const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, pg);
-    const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, pg);
-    const int32_t pos = p0 + (r - pg * p.page_size);
-    const int32_t kp = ph >= 0 && pos < it.kv_len ? pos : INT32_MAX;
-    kpos[r] = kp;
-    max_pos = max(max_pos, kp);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
-  if (lane == 0) reinterpret_cast<int32_t*>(base + Smem::mask)[st] = max_pos > it.min_pos;
-  unsigned char* sk = base + Smem::k + st * kTileBytes;
-  copy_unclean<T, false>(p, static_cast<const T*>(p.k), tp, it.kvh, it.kv_len, sk);
-  load_clean(p, kmap, tp, it.kvh, sk, &bars.k_full[st]);
-}
-
-// V of key tile `tc` (pages `tp` of KV head kvh) into its ring stage once the consumers' P·V of
-// tile tc - 2 has freed it.
-template <class T>
-__device__ void load_v(const AttnParams& p, const CUtensorMap* vmap, const TilePages& tp, int32_t kvh,
-                       int32_t kv_len, int32_t tc, unsigned char* base) {
-  const Rings bars(base);
-  const int st = tc % kStages;
-  if (tc >= kStages) mbar_wait(&bars.v_empty[st], uint32_t(tc / kStages - 1) & 1u);
-  unsigned char* sv = base + Smem::v + st * kTileBytes;
-  copy_unclean<T, true>(p, static_cast<const T*>(p.v), tp, kvh, kv_len, sv);
-  load_clean(p, vmap, tp, kvh, sv, &bars.v_full[st]);
-}
-
 // The producer warp, over the CTA's items: Q (with the item's tile count) into a free Q buffer,
 // then K and V of every key tile, each into its ring once the stage is free. `tc` counts tiles
-// across items (stage tc % 2, the (tc / 2)-th use of it), `k` items. Within an item the order is
-// K_0, K_1, V_0, K_2, V_1, ..., V_last: K_{n+1}'s stage frees when the consumers have S_{n-1}, V_n's
-// only when their P_{n-2}·V_{n-2} is done, later in the same iteration; waiting for V_n before
-// K_{n+1} (the order before) put that wait, and the next tile's page lookups, on K's path.
+// across items (stage tc % 2, the (tc / 2)-th use of it), `k` items.
 template <class T>
 __device__ void produce(const AttnParams& p, const CUtensorMap* qmap, const CUtensorMap* kmap, const CUtensorMap* vmap,
                         int32_t max_tiles, int32_t tile_tokens, int32_t n_items, unsigned char* base) {
@@ -297,13 +252,36 @@ __device__ void produce(const AttnParams& p, const CUtensorMap* qmap, const CUte
     }
     ++k;
 
-    // Step t issues K_t (t < n_tiles), then V_{t-1} (its pages looked up again: L1 hits, and no
-    // registers held across K_t's issue, which the producer's 72 do not have).
-    for (int32_t t = 0; t <= n_tiles; ++t) {
-      if (t < n_tiles) load_k<T>(p, kmap, keys, it, t, tc + t, base);
-      if (t > 0) load_v<T>(p, vmap, tile_pages(p, keys, it.kv_len, t - 1), it.kvh, it.kv_len, tc + t - 1, base);
+    for (int32_t t = 0; t < n_tiles; ++t, ++tc) {
+      const int st = tc % kStages;
+      const uint32_t parity = uint32_t(tc / kStages - 1) & 1u;  // of the consumers' release of this stage
+      const TilePages tp = tile_pages(p, keys, it.kv_len, t);
+
+      if (tc >= kStages) mbar_wait(&bars.k_empty[st], parity);
+      // Key positions and the mask flag: a key past the item's first query or invalid masks.
+      int32_t* kpos = reinterpret_cast<int32_t*>(base + Smem::kpos) + st * kKeys;
+      int32_t max_pos = -1;
+      for (int r = lane; r < kKeys; r += 32) {
+        const int32_t pg = keys.slot_of(p, r);  // r's page in the tile (a shift for power-of-two pages)
+        const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, pg);
+        const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, pg);
+        const int32_t pos = p0 + (r - pg * p.page_size);
+        const int32_t kp = ph >= 0 && pos < it.kv_len ? pos : INT32_MAX;
+        kpos[r] = kp;
+        max_pos = max(max_pos, kp);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
+      if (lane == 0) reinterpret_cast<int32_t*>(base + Smem::mask)[st] = max_pos > it.min_pos;
+      unsigned char* sk = base + Smem::k + st * kTileBytes;
+      copy_unclean<T, false>(p, static_cast<const T*>(p.k), tp, it.kvh, it.kv_len, sk);
+      load_clean(p, kmap, tp, it.kvh, sk, &bars.k_full[st]);
+
+      if (tc >= kStages) mbar_wait(&bars.v_empty[st], parity);
+      unsigned char* sv = base + Smem::v + st * kTileBytes;
+      copy_unclean<T, true>(p, static_cast<const T*>(p.v), tp, it.kvh, it.kv_len, sv);
+      load_clean(p, vmap, tp, it.kvh, sv, &bars.v_full[st]);
     }
-    tc += n_tiles;
   }
 }
 
