@@ -51,12 +51,15 @@ def short(name):
     return re.sub(r"^void ", "", name).split("::")[-1]
 
 
+US_PER = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
+
+
 def duration_us(rec):
     v = number(rec.get("gpu__time_duration.sum", ""))
     unit = rec["_units"].get("gpu__time_duration.sum", "ns")
-    if v is None:
+    if v is None or unit not in US_PER:
         return None
-    return v / 1e3 if unit == "ns" else v * 1e3 if unit == "msecond" else v if unit == "usecond" else v / 1e3
+    return v * US_PER[unit]
 
 
 def stalls(path):
