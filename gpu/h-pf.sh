@@ -9,12 +9,15 @@
 #      PrefillLongPromptsManyTiles only with PF_LONG_TEST=1, else left to ctest), then
 #      compute-sanitizer memcheck on the bad-page-id and page-size-24 tests.
 #   1. The suite case that failed its device check in B2 (16K 50% sparse), the 16K and 32K dense and
-#      50/90/95% rows (the per-tile fit of docs/bench/README.md before/after 332d2fc), and
+#      50/90/95% rows (the per-tile fit of docs/bench/README.md before/after 332d2fc), 32q/8kv 16K
+#      dense and 90% (the item order of 7ec7c09), and
 #      bench_device_arena_test (the uploads land in stream order).
 #   2. Nsight Compute (--clock-control none) on the Hopper prefill kernel: dense 32K and 90%
 #      sparse 16K of the kernel suite; sections SpeedOfLight, WarpStateStats, SchedulerStats,
 #      Occupancy, MemoryWorkloadAnalysis, ComputeWorkloadAnalysis; the top stall reasons printed.
-#   3. The prefill policy step at 128K (random keys: no host generation) under ncu with one metric
+#   3. The prefill policy step at 128K (similar keys as the report's rows, a 2K-token period: ~2 s of
+#      host generation; with random keys call A's DPXA attended 90% and scored for 890 ms) under ncu
+#      with one metric
 #      (gpu__time_duration) on every kernel: the per-kernel split of streaming + delta_correction's
 #      "select" column and of DPXA's scoring.
 #   4. The same sections on DPXA's selection kernels (anchors, tile scores, greedy cover) and on
@@ -86,7 +89,7 @@ else
   st "bench_device_arena_test: not built in $B"
 fi
 within 30 $BIN/sieve_bench --gpu-only \
-  --filter='gpu/prefill/64q8kv128/bs1/(ctx16384/bf16/(dense|sparse0.50|sparse0.90|sparse0.95)|ctx32768/bf16/(dense|sparse0.90|sparse0.95))$' \
+  --filter='gpu/prefill/(64q8kv128/bs1/(ctx16384/bf16/(dense|sparse0.50|sparse0.90|sparse0.95)|ctx32768/bf16/(dense|sparse0.90|sparse0.95))|32q8kv128/bs1/ctx16384/bf16/(dense|sparse0.90))$' \
   --json="$X/suite_rows.json" > "$X/suite_rows.log" 2>&1
 st "suite 16K/32K dense + 50/90/95% rc=$? $(grep -c 'ERROR OCCURRED' "$X/suite_rows.log") errors"
 awk '/^gpu\/prefill/ { t = ""; for (i = 2; i <= NF; ++i) if ($i ~ /^TFLOP/) t = $i; print $1, $2, $3, t, ($0 ~ /ERROR/ ? $0 : "") }' \
@@ -102,7 +105,7 @@ else
 
   # 3. Per-kernel times of the 128K prefill steps (dense first, then the chains in this order).
   POL=(--policy --phase prefill --layers 1 --hq 32 --hkv 8 --d 128 --page 16 --dtype bf16 --ctx 131072 --batch 1
-       --keys random --samples 1)
+       --keys similar:0.88 --similar-period 2048 --samples 1)
   DC='prefill:*=streaming(sink=4,window=2048)>delta_correction(gamma=64)'
   DPXA='prefill:*=dpxa(tau=0.9)'
   within 35 ncu --clock-control none --metrics gpu__time_duration.sum -o $R/timeline -f \
