@@ -7,7 +7,8 @@
 #      tile ahead of V): cuda_test's prefill tests that cover them (ragged pages, page sizes 8..64
 #      incl. 24, bad page ids, block selections with empty rows; ~6 s; the 45 s
 #      PrefillLongPromptsManyTiles only with PF_LONG_TEST=1, else left to ctest), then
-#      compute-sanitizer memcheck on the bad-page-id and page-size-24 tests.
+#      compute-sanitizer memcheck on the bad-page-id and page-size-24 tests; delta_correction's CUDA
+#      tests (its Δ update, 8c5c533).
 #   1. The suite case that failed its device check in B2 (16K 50% sparse), the 16K and 32K dense and
 #      50/90/95% rows (the per-tile fit of docs/bench/README.md before/after 332d2fc), 32q/8kv 16K
 #      dense and 90% (the item order of 7ec7c09; 64q 64K dense: that order spreads a round over every
@@ -74,6 +75,12 @@ TF='AttentionCudaTensorCores.PrefillGqaHeadDimsPageSizes:AttentionCudaTensorCore
 within $([ "${PF_LONG_TEST:-0}" = 1 ] && echo 75 || echo 25) $BIN/cuda_test --gtest_filter="$TF" > "$X/cuda_test.log" 2>&1
 st "cuda_test (Hopper prefill subset) rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$X/cuda_test.log" | tr '\n' ' ')"
 grep -h "Failure" -A3 "$X/cuda_test.log" | head -12
+
+# 0a. delta_correction's CUDA tests (8c5c533's 16-byte Δ update: bf16 rows against the CPU path).
+if [ -x $BIN/test_plugin_delta_correction_cuda ]; then
+  within 40 $BIN/test_plugin_delta_correction_cuda > "$X/delta_correction_test.log" 2>&1
+  st "test_plugin_delta_correction_cuda rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$X/delta_correction_test.log" | tr '\n' ' ')"
+fi
 
 # 0b. memcheck on the tests that take the copy's odd paths (bad page ids, page size 24).
 if command -v compute-sanitizer > /dev/null; then
