@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "device_arena.hpp"
 #include "gpu_support.hpp"
 #include "runner.hpp"
 #include "sieve/kernels/attention_args.hpp"
@@ -22,39 +23,7 @@ constexpr double kMinSampleMs = 1.0;   // graph replays of at least this long pe
 constexpr int kMaxCallsPerSample = 256;
 constexpr int kMaxRotation = 8;
 
-// Device memory reused by every case: grown to the largest case, never shrunk (a cudaMalloc per
-// case would cost more than many cases take).
-class Arena {
- public:
-  bool reserve(size_t bytes) {
-    used_ = 0;
-    if (bytes <= cap_) return true;
-    release();
-    if (cudaMalloc(&base_, bytes) != cudaSuccess) {
-      cudaGetLastError();
-      base_ = nullptr;
-      return false;
-    }
-    cap_ = bytes;
-    return true;
-  }
-  void* take(size_t bytes) {
-    const size_t off = (used_ + 255) & ~size_t(255);
-    used_ = off + bytes;
-    return static_cast<char*>(base_) + off;
-  }
-  void release() {
-    if (base_) cudaFree(base_);
-    base_ = nullptr;
-    cap_ = used_ = 0;
-  }
-
- private:
-  void* base_ = nullptr;
-  size_t cap_ = 0, used_ = 0;
-};
-
-Arena g_arena;
+DeviceArena g_arena;
 cudaStream_t g_stream = nullptr;
 Ceilings g_ceilings;
 
@@ -69,16 +38,6 @@ struct CallSet {
   sieve_selection sel{};
   sieve_attention_args args{};
 };
-
-template <class T>
-T* upload(const std::vector<T>& h, std::string* err) {
-  T* d = static_cast<T*>(g_arena.take(std::max<size_t>(h.size(), 1) * sizeof(T)));
-  if (!h.empty()) {
-    if (cudaError_t e = cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice); e != cudaSuccess)
-      *err = cuda_msg("upload", e);
-  }
-  return d;
-}
 
 }  // namespace
 
@@ -159,15 +118,17 @@ void run_gpu_case(benchmark::State& state, const Case& c, CaseResult& out) {
   if (!g_arena.reserve(size_t(sets) * (2 * pool_elems + q_elems) * elem + q_elems * elem + small + 16 * 256))
     return fail("out of device memory for " + c.name);
 
-  std::string err;
-  int32_t* d_qo = upload(qo, &err);
-  int32_t* d_kvp = upload(kvp, &err);
-  int32_t* d_last = upload(last, &err);
-  int32_t* d_idx = upload(idx, &err);
-  int32_t* d_sel_ip = upload(sel_ip, &err);
-  int32_t* d_sel_ix = upload(sel_ix, &err);
+  cudaError_t up = cudaSuccess;
+  int32_t* d_qo = g_arena.upload(qo, g_stream, &up);
+  int32_t* d_kvp = g_arena.upload(kvp, g_stream, &up);
+  int32_t* d_last = g_arena.upload(last, g_stream, &up);
+  int32_t* d_idx = g_arena.upload(idx, g_stream, &up);
+  int32_t* d_sel_ip = g_arena.upload(sel_ip, g_stream, &up);
+  int32_t* d_sel_ix = g_arena.upload(sel_ix, g_stream, &up);
   void* d_out = g_arena.take(q_elems * elem);
-  if (!err.empty()) return fail(err);
+  if (up != cudaSuccess) return fail(cuda_msg("upload", up));
+
+  std::string err;
 
   const DLDevice gpu{kDLCUDA, 0};
   std::vector<CallSet> calls(static_cast<size_t>(sets));

@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include <cub/block/block_scan.cuh>
 
 #include "cuda/delta_apply.hpp"
@@ -54,9 +56,50 @@ __global__ void __launch_bounds__(kThreads) anchor_kernel(ApplyLaunch a, bool de
   }
 }
 
+// The bits of a 16-bit storage element and back (no address taken: the values stay in registers).
+template <class T>
+__device__ __forceinline__ T bits_as(unsigned short b);
+template <>
+__device__ __forceinline__ __nv_bfloat16 bits_as<__nv_bfloat16>(unsigned short b) { return __ushort_as_bfloat16(b); }
+template <>
+__device__ __forceinline__ __half bits_as<__half>(unsigned short b) { return __ushort_as_half(b); }
+__device__ __forceinline__ unsigned short as_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+__device__ __forceinline__ unsigned short as_bits(__half x) { return __half_as_ushort(x); }
+
+// Two packed 16-bit elements plus their deltas, in f32, rounded back once.
+template <class T>
+__device__ __forceinline__ uint32_t add_delta_pair(uint32_t packed, float delta_lo, float delta_hi) {
+  const unsigned short lo = packed & 0xffffu, hi = packed >> 16;
+  const T a = from_f32<T>(to_f32<T>(bits_as<T>(lo)) + delta_lo), b = from_f32<T>(to_f32<T>(bits_as<T>(hi)) + delta_hi);
+  return uint32_t(as_bits(a)) | uint32_t(as_bits(b)) << 16;
+}
+
+// out[0, n) += (1 − w) d0 + w d1 for a 16-bit out, 8 elements (one 16-byte access) a thread: the
+// element-wise loop's 2-byte accesses kept this pass, which reads and writes every corrected row,
+// at a quarter of the copy bandwidth (2.0 ms for 1.07 GB of bf16 at 128K, 32q x 128, on an H200).
+// Same arithmetic as the element-wise loop (f32, one rounding to T). n % 8 == 0, 16-byte aligned.
+template <class T>
+__device__ __forceinline__ void add_delta_x8(T* out, const float* d0, const float* d1, float w, int64_t n) {
+  for (int64_t e = int64_t(threadIdx.x) * 8; e < n; e += int64_t(kThreads) * 8) {
+    uint4 raw = *reinterpret_cast<const uint4*>(out + e);
+    for (int h = 0; h < 2; ++h) {  // 4 elements at a time: fewer values live at once
+      const float4 a = *reinterpret_cast<const float4*>(d0 + e + 4 * h);
+      const float4 b = *reinterpret_cast<const float4*>(d1 + e + 4 * h);
+      uint32_t& p0 = h == 0 ? raw.x : raw.z;
+      uint32_t& p1 = h == 0 ? raw.y : raw.w;
+      p0 = add_delta_pair<T>(p0, (1.f - w) * a.x + w * b.x, (1.f - w) * a.y + w * b.y);
+      p1 = add_delta_pair<T>(p1, (1.f - w) * a.z + w * b.z, (1.f - w) * a.w + w * b.w);
+    }
+    *reinterpret_cast<uint4*>(out + e) = raw;
+  }
+}
+
 // One block per query token (grid-stride): the token's sequence by binary search over qo_indptr,
 // its role, and for a corrected row out += (1 − w) Δ_a + w Δ_{a+1}.
 __global__ void __launch_bounds__(kThreads) update_kernel(ApplyLaunch a) {
+  // 16-bit rows of whole 16-byte chunks, 16-byte aligned (out's rows and saved's f32 rows alike).
+  const bool vec16 = a.out_dtype != Storage::f32 && a.row_elems % 8 == 0 &&
+                     (reinterpret_cast<uintptr_t>(a.out) | reinterpret_cast<uintptr_t>(a.saved)) % 16 == 0;
   for (int64_t tok = blockIdx.x; tok < a.n_tokens; tok += gridDim.x) {
     int32_t lo = 0, hi = a.batch - 1;  // the last b with qo_indptr[b] <= tok
     while (lo < hi) {
@@ -74,9 +117,15 @@ __global__ void __launch_bounds__(kThreads) update_kernel(ApplyLaunch a) {
     const float* d0 = a.saved + k * a.row_elems;
     const float* d1 = w > 0.f && k + 1 < a.n_anchors ? d0 + a.row_elems : d0;
     const int64_t base = tok * a.row_elems;
-    for (int64_t e = threadIdx.x; e < a.row_elems; e += kThreads) {
-      const float delta = (1.f - w) * d0[e] + w * d1[e];
-      store_storage(a.out, a.out_dtype, base + e, load_storage(a.out, a.out_dtype, base + e) + delta);
+    if (vec16 && a.out_dtype == Storage::bf16) {
+      add_delta_x8(static_cast<__nv_bfloat16*>(a.out) + base, d0, d1, w, a.row_elems);
+    } else if (vec16) {
+      add_delta_x8(static_cast<__half*>(a.out) + base, d0, d1, w, a.row_elems);
+    } else {
+      for (int64_t e = threadIdx.x; e < a.row_elems; e += kThreads) {
+        const float delta = (1.f - w) * d0[e] + w * d1[e];
+        store_storage(a.out, a.out_dtype, base + e, load_storage(a.out, a.out_dtype, base + e) + delta);
+      }
     }
   }
 }

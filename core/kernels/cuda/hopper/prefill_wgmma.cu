@@ -21,8 +21,8 @@
 //    exponentiates S_j while P·V still runs on the tensor cores, and rescales O once P·V is done.
 //    Ping-pong: a pair of named barriers makes the two consumers issue their MMAs in turn, so one's
 //    softmax runs under the other's MMAs.
-// Persistent: one CTA per SM walks work items (a 128-row query tile of one head unit and sequence,
-// the order of the old grid: per head unit, longest tile first) in rounds (round_item). The
+// Persistent: one CTA per SM walks work items (a 128-row query tile of one head unit and sequence;
+// per sequence, longest tile first across the head units: work_item) in rounds (round_item). The
 // producer runs ahead across items: it loads the next item's Q (TMA, a double buffer, with the
 // item's tile count) and first K/V tiles while the consumers finish the current one, so a CTA's
 // setup and epilogue no longer leave the tensor cores idle (what made short block-sparse key lists
@@ -84,7 +84,11 @@ struct Rings {
 };
 
 // One work item: query tile `tile` of head unit `unit` and sequence `b` (the old grid's
-// blockIdx.x, y, z). Every role derives the same items, so they agree without talking.
+// blockIdx.x, y, z). Every role derives the same items, so they agree without talking. Within a
+// sequence the items go tile-major, longest first across every head unit (w = rank * units + unit),
+// so a round of gridDim.x items holds tiles of nearly one length whatever max_tiles is (unit-major,
+// a head unit's tiles from longest to shortest before the next unit's, left rounds mixing long and
+// short tiles when max_tiles is not much larger than the grid; see round_item).
 struct Item {
   int32_t b, kvh, h0, nh;
   int32_t qo0, q0, q1;           // the sequence's first token; the tile's query tokens [q0, q1)
@@ -95,9 +99,10 @@ struct Item {
 __device__ inline Item work_item(const AttnParams& p, int32_t w, int32_t max_tiles, int32_t tile_tokens) {
   Item it;
   const int32_t units = p.hkv * p.chunks;
-  const int32_t tile = max_tiles - 1 - w % max_tiles;  // longest first
+  const int32_t in_seq = w % (max_tiles * units);
+  const int32_t tile = max_tiles - 1 - in_seq / units;  // longest first
   it.b = w / (max_tiles * units);
-  const auto [kvh, h0, nh] = head_unit(p, (w / max_tiles) % units);
+  const auto [kvh, h0, nh] = head_unit(p, in_seq % units);
   it.kvh = kvh, it.h0 = h0, it.nh = nh;
   const auto [qo0, n_q, qb, tiles_per_block] = prefill_blocks(p, it.b, tile_tokens);
   const int32_t qblock = tile / tiles_per_block;
@@ -157,25 +162,34 @@ __device__ TilePages tile_pages(const AttnParams& p, const KeyList& keys, int32_
   return tp;
 }
 
-// The warp's copy of the rows TMA does not load (pages that are not clean) into a swizzled tile:
-// valid rows from the pool, zeros elsewhere, 16 bytes a lane.
-template <class T>
+// The warp's copy of the pages TMA does not load (not clean: an invalid slot, a page past the key
+// list, a sequence's ragged last page) into a swizzled tile, a page at a time: the page index is
+// warp-uniform, so a 16-byte chunk costs no shuffle and no division (the per-chunk loop this replaces
+// ran all 2048 chunks of the tile through a runtime division and two shuffles, on one warp, for every
+// item whose last tile is ragged). Rows inside the sequence come from the pool. Rows outside it: K's
+// are left as they are (their position is INT32_MAX, so mask_tile sets their logits to -inf whatever
+// they hold); V's are zeroed (P is exactly 0 there, but 0 x NaN would still be NaN).
+template <class T, bool kZeroOutside>
 __device__ void copy_unclean(const AttnParams& p, const T* pool, const TilePages& tp, int32_t kvh, int32_t kv_len,
                              unsigned char* dst) {
   const int lane = threadIdx.x % 32;
   const int32_t P = p.page_size;
-  if (tp.clean_mask == (1u << (kKeys / P)) - 1) return;
-  // kKeys * 16 chunks: the same trip count on every lane, so the shuffles see the whole warp.
-  for (int i = lane; i < kKeys * 16; i += 32) {
-    const int r = i / 16, c = i % 16;
-    const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, r / P);
-    const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, r / P);
-    if (tp.clean_mask >> (r / P) & 1) continue;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (ph >= 0 && p0 + r % P < kv_len) x = *reinterpret_cast<const uint4*>(pool + p.pages.row(ph, kvh, r % P) + c * 8);
-    *reinterpret_cast<uint4*>(dst + tile_chunk(r, c)) = x;
+  bool wrote = false;
+  for (int j = 0; j < kKeys / P; ++j) {
+    if (tp.clean_mask >> j & 1) continue;
+    const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, j);
+    const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, j);
+    const int32_t inside = ph >= 0 ? max(0, min(P, kv_len - p0)) : 0;  // rows inside the sequence
+    const int32_t rows = kZeroOutside ? P : inside;
+    for (int i = lane; i < rows * 16; i += 32) {
+      const int r = i >> 4, c = i & 15;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (r < inside) x = *reinterpret_cast<const uint4*>(pool + p.pages.row(ph, kvh, r) + c * 8);
+      *reinterpret_cast<uint4*>(dst + tile_chunk(j * P + r, c)) = x;
+    }
+    wrote |= rows > 0;
   }
-  fence_async_shared();  // these rows are read next by wgmma (the async proxy)
+  if (wrote) fence_async_shared();  // these rows are read next by wgmma (the async proxy)
 }
 
 // Arms `full` with the bytes of the clean pages' boxes, then loads them (both 64-column halves).
@@ -191,9 +205,11 @@ __device__ void load_clean(const AttnParams& p, const CUtensorMap* map, const Ti
 
 // This CTA's item in round r (rounds of gridDim.x consecutive items): the CTAs take a round's
 // items in order on even rounds and in reverse on odd ones. Consecutive items shrink (longest
-// first), so a fixed stride gives CTA 0 the longest item of every round: counted for dense 64q/8kv
-// causal prompts of 16K-64K, the busiest CTA gets 2.4-2.7% more key tiles than the mean with a fixed
-// stride, 0.7% alternating. Past n_items: none.
+// first), so a fixed stride gives CTA 0 the longest item of every round. Counted on the host (key
+// tiles + 2 tiles of per-item cost, 132 CTAs), the busiest CTA's excess over the mean: dense 64q/8kv
+// causal 16K-64K 0.4-1.6% fixed stride, < 0.1% alternating; 32q/8kv 16K 3.1% / 0.1%;
+// delta_correction's far-key call at 128K (64 anchor tiles of 0-126K keys x 8 heads) 1.4%, where
+// the unit-major order left it at 81% (alternating) and dense 32q/8kv 16K at 23%. Past n_items: none.
 __device__ inline int64_t round_item(int32_t r) {
   const int64_t c = blockIdx.x, g = gridDim.x;
   return r * g + (r % 2 == 0 ? c : g - 1 - c);
@@ -253,9 +269,10 @@ __device__ void produce(const AttnParams& p, const CUtensorMap* qmap, const CUte
       int32_t* kpos = reinterpret_cast<int32_t*>(base + Smem::kpos) + st * kKeys;
       int32_t max_pos = -1;
       for (int r = lane; r < kKeys; r += 32) {
-        const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, r / p.page_size);
-        const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, r / p.page_size);
-        const int32_t pos = p0 + r % p.page_size;
+        const int32_t pg = keys.slot_of(p, r);  // r's page in the tile (a shift for power-of-two pages)
+        const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, pg);
+        const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, pg);
+        const int32_t pos = p0 + (r - pg * p.page_size);
         const int32_t kp = ph >= 0 && pos < it.kv_len ? pos : INT32_MAX;
         kpos[r] = kp;
         max_pos = max(max_pos, kp);
@@ -264,12 +281,12 @@ __device__ void produce(const AttnParams& p, const CUtensorMap* qmap, const CUte
       for (int o = 16; o > 0; o /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
       if (lane == 0) reinterpret_cast<int32_t*>(base + Smem::mask)[st] = max_pos > it.min_pos;
       unsigned char* sk = base + Smem::k + st * kTileBytes;
-      copy_unclean(p, static_cast<const T*>(p.k), tp, it.kvh, it.kv_len, sk);
+      copy_unclean<T, false>(p, static_cast<const T*>(p.k), tp, it.kvh, it.kv_len, sk);
       load_clean(p, kmap, tp, it.kvh, sk, &bars.k_full[st]);
 
       if (tc >= kStages) mbar_wait(&bars.v_empty[st], parity);
       unsigned char* sv = base + Smem::v + st * kTileBytes;
-      copy_unclean(p, static_cast<const T*>(p.v), tp, it.kvh, it.kv_len, sv);
+      copy_unclean<T, true>(p, static_cast<const T*>(p.v), tp, it.kvh, it.kv_len, sv);
       load_clean(p, vmap, tp, it.kvh, sv, &bars.v_full[st]);
     }
   }
