@@ -57,6 +57,10 @@ struct sieve_session {
   std::unordered_map<int32_t, std::vector<int32_t>> taken;
   std::vector<int32_t> positions;
   util::GrowBuffer qo_device;  // qo_indptr on the attention device
+  // What qo_device holds: a decode step's qo_indptr ([0, 1, ..., batch]) repeats for every layer
+  // and step, and its upload is a copy plus a stream synchronisation, so it is sent only when it
+  // changes (a new batch, a prefill).
+  std::vector<int32_t> qo_uploaded;
   uint64_t steps[2] = {0, 0};
 
   ~sieve_session() {
@@ -455,9 +459,13 @@ sieve_status sieve_session_attend(sieve_session* s, const sieve_layer_inputs* in
     // qo_indptr on the attention device.
     const size_t qo_bytes = size_t(in.batch + 1) * sizeof(int32_t);
     auto memory = s->services->device_memory();
-    s->qo_device.ensure(memory, qo_bytes);
+    if (s->qo_device.ensure(memory, qo_bytes)) s->qo_uploaded.clear();  // a new buffer holds nothing
     std::string err;
-    require(s->services->copy(s->qo_device.get(), dev, in.qo_indptr, kCpu, qo_bytes, &err), SIEVE_ERR_DEVICE, err);
+    if (!std::equal(in.qo_indptr, in.qo_indptr + in.batch + 1, s->qo_uploaded.begin(), s->qo_uploaded.end())) {
+      s->qo_uploaded.clear();  // unknown until the copy succeeds
+      require(s->services->copy(s->qo_device.get(), dev, in.qo_indptr, kCpu, qo_bytes, &err), SIEVE_ERR_DEVICE, err);
+      s->qo_uploaded.assign(in.qo_indptr, in.qo_indptr + in.batch + 1);
+    }
     int64_t qo_shape[1] = {in.batch + 1};
     DLTensor qo = make_view(s->qo_device.get(), dev, kI32, 1, qo_shape);
 
