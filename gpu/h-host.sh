@@ -3,8 +3,8 @@
 # itself within $H_HOST_SECONDS (default 40) after the build:
 #   bench     sieve_host_path_bench: host us per sieve_session_attend (decode, 1 layer, dense),
 #             cpu/{1,16} (1 head, d8 f32) and cuda/{1,16} (32q/8kv d64 bf16, kernels not waited for)
-#   binding   python/bench/binding_cost.py --device cuda (its limit raised: rc 1 is a failure here): its "bare" column is the same C call from
-#             Python (call A5, H200, before this branch: 26.5 us)
+#   binding   python/bench/binding_cost.py --device cuda (limit raised, so rc 1 is a failure): its
+#             "bare" column is the same C call from Python (call A5, H200, before this branch: 26.5 us)
 #   SIEVE_BUILD=build-device-all bash gpu/h-host.sh
 set -uo pipefail
 budget=${H_HOST_SECONDS:-40}
