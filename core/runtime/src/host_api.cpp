@@ -4,6 +4,7 @@
 #include "sieve/host.h"
 
 #include <algorithm>
+#include <concepts>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -57,6 +58,10 @@ struct sieve_session {
   std::unordered_map<int32_t, std::vector<int32_t>> taken;
   std::vector<int32_t> positions;
   util::GrowBuffer qo_device;  // qo_indptr on the attention device
+  // What qo_device holds: a decode step's qo_indptr ([0, 1, ..., batch]) repeats for every layer
+  // and step, and its upload is a copy plus a stream synchronisation, so it is sent only when it
+  // changes (a new batch, a prefill).
+  std::vector<int32_t> qo_uploaded;
   uint64_t steps[2] = {0, 0};
 
   ~sieve_session() {
@@ -91,6 +96,18 @@ sieve_status guarded(std::string* error, F&& body) {
   }
 }
 
+// Checks on the per-call path (attend, end_step) build their message only on failure: a
+// std::string from a long literal, std::to_string and concatenation are heap allocations that
+// every successful call would pay for (sieve::require takes a ready std::string).
+void require(bool ok, sieve_status s, const char* message) {
+  if (!ok) throw Error(s, message);
+}
+template <class MakeMessage>
+  requires std::invocable<MakeMessage&>
+void require(bool ok, sieve_status s, MakeMessage&& make_message) {
+  if (!ok) throw Error(s, std::string(make_message()));
+}
+
 // A zeroed struct with its header set.
 template <class T>
 T blank() {
@@ -100,40 +117,44 @@ T blank() {
 }
 
 // Reads a caller's struct of `size` bytes (its header) into a zeroed full-size copy: fields a
-// newer minor added and an older caller lacks keep their defaults.
+// newer minor added and an older caller lacks keep their defaults. (This and check_tensor run on
+// every attend call: their messages are built only on failure.)
 template <class T>
 T read_struct(const T* in, const T& defaults) {
   T out = defaults;
   if (!in) return out;
   const size_t n = std::min<size_t>(in->hdr.struct_size, sizeof(T));
-  require(n >= sizeof(sieve_header), SIEVE_ERR_VERSION, "struct_size " + std::to_string(in->hdr.struct_size) +
-                                                            " is smaller than the header");
+  require(n >= sizeof(sieve_header), SIEVE_ERR_VERSION,
+          [&] { return "struct_size " + std::to_string(in->hdr.struct_size) + " is smaller than the header"; });
   std::memcpy(&out, in, n);
   out.hdr = defaults.hdr;
   return out;
 }
 
 void check_tensor(const DLTensor* t, const char* what, DLDevice device, int64_t rows, int64_t heads, int64_t dim) {
-  require(t != nullptr, SIEVE_ERR_INVALID_ARGUMENT, std::string(what) + " is NULL");
-  require(t->data != nullptr, SIEVE_ERR_INVALID_ARGUMENT, std::string(what) + " has no data");
+  require(t != nullptr, SIEVE_ERR_INVALID_ARGUMENT, [&] { return std::string(what) + " is NULL"; });
+  require(t->data != nullptr, SIEVE_ERR_INVALID_ARGUMENT, [&] { return std::string(what) + " has no data"; });
   require(t->device.device_type == device.device_type && t->device.device_id == device.device_id,
-          SIEVE_ERR_INVALID_ARGUMENT, std::string(what) + " is on " + device_name(t->device) +
-                                          ", the session runs on " + device_name(device));
+          SIEVE_ERR_INVALID_ARGUMENT, [&] {
+            return std::string(what) + " is on " + device_name(t->device) + ", the session runs on " +
+                   device_name(device);
+          });
   require(t->ndim == 3 && t->shape && t->shape[0] == rows && t->shape[1] == heads && t->shape[2] == dim,
-          SIEVE_ERR_INVALID_ARGUMENT,
-          std::string(what) + " must have shape [" + std::to_string(rows) + ", " + std::to_string(heads) + ", " +
-              std::to_string(dim) + "]");
+          SIEVE_ERR_INVALID_ARGUMENT, [&] {
+            return std::string(what) + " must have shape [" + std::to_string(rows) + ", " + std::to_string(heads) +
+                   ", " + std::to_string(dim) + "]";
+          });
   if (t->strides) {
     // A dimension of extent 1 is never stepped over, so its stride says nothing about the layout
     // (PyTorch's DLPack export writes 1 there: a [1, heads, dim] decode tensor is still compact).
     const int64_t want[3] = {heads * dim, dim, 1};
     for (int i = 0; i < 3; ++i)
       require(t->shape[i] == 1 || t->strides[i] == want[i], SIEVE_ERR_INVALID_ARGUMENT,
-              std::string(what) + " must be compact row-major");
+              [&] { return std::string(what) + " must be compact row-major"; });
   }
   const DLDataType d = t->dtype;
   require(d.lanes == 1 && ((d.code == kDLFloat && (d.bits == 32 || d.bits == 16)) || (d.code == kDLBfloat && d.bits == 16)),
-          SIEVE_ERR_INVALID_ARGUMENT, std::string(what) + " must be f32, f16 or bf16");
+          SIEVE_ERR_INVALID_ARGUMENT, [&] { return std::string(what) + " must be f32, f16 or bf16"; });
 }
 
 // A schema's element stride: its first element's struct_size (params.hpp's rule).
@@ -416,25 +437,31 @@ sieve_status sieve_session_seq_len(sieve_session* s, int32_t layer, int32_t seq_
 sieve_status sieve_session_attend(sieve_session* s, const sieve_layer_inputs* inputs, DLTensor* out) {
   if (!s) return SIEVE_ERR_INVALID_ARGUMENT;
   return guarded(&s->error, [&] {
+    // Every message below is built only on failure (a lambda): this runs per layer and step.
     require(inputs != nullptr, SIEVE_ERR_INVALID_ARGUMENT, "attend: inputs is NULL");
     const sieve_layer_inputs in = read_struct(inputs, blank<sieve_layer_inputs>());
     const sieve_geometry& g = s->session->geometry();
-    require(in.phase == SIEVE_PHASE_PREFILL || in.phase == SIEVE_PHASE_DECODE, SIEVE_ERR_INVALID_ARGUMENT,
-            "attend: phase " + std::to_string(in.phase) + " is neither SIEVE_PHASE_PREFILL nor SIEVE_PHASE_DECODE");
-    require(in.layer >= 0 && in.layer < g.n_layers, SIEVE_ERR_INVALID_ARGUMENT,
-            "attend: layer " + std::to_string(in.layer) + " is outside [0, " + std::to_string(g.n_layers) + ")");
-    require(in.batch >= 1 && in.batch <= g.max_batch, SIEVE_ERR_INVALID_ARGUMENT,
-            "attend: batch " + std::to_string(in.batch) + " is outside [1, max_batch = " +
-                std::to_string(g.max_batch) + "]");
+    require(in.phase == SIEVE_PHASE_PREFILL || in.phase == SIEVE_PHASE_DECODE, SIEVE_ERR_INVALID_ARGUMENT, [&] {
+      return "attend: phase " + std::to_string(in.phase) + " is neither SIEVE_PHASE_PREFILL nor SIEVE_PHASE_DECODE";
+    });
+    require(in.layer >= 0 && in.layer < g.n_layers, SIEVE_ERR_INVALID_ARGUMENT, [&] {
+      return "attend: layer " + std::to_string(in.layer) + " is outside [0, " + std::to_string(g.n_layers) + ")";
+    });
+    require(in.batch >= 1 && in.batch <= g.max_batch, SIEVE_ERR_INVALID_ARGUMENT, [&] {
+      return "attend: batch " + std::to_string(in.batch) + " is outside [1, max_batch = " +
+             std::to_string(g.max_batch) + "]";
+    });
     require(in.seq_ids && in.qo_indptr, SIEVE_ERR_INVALID_ARGUMENT, "attend: seq_ids or qo_indptr is NULL");
     require(in.qo_indptr[0] == 0, SIEVE_ERR_INVALID_ARGUMENT, "attend: qo_indptr[0] must be 0");
     for (int32_t b = 0; b < in.batch; ++b) {
       const int32_t n = in.qo_indptr[b + 1] - in.qo_indptr[b];
-      require(n >= 1 && (in.phase == SIEVE_PHASE_PREFILL || n == 1), SIEVE_ERR_INVALID_ARGUMENT,
-              "attend: sequence " + std::to_string(b) + " has " + std::to_string(n) + " new tokens (" +
-                  (in.phase == SIEVE_PHASE_DECODE ? "decode takes exactly 1)" : "prefill takes >= 1)"));
-      require(s->taken.count(in.seq_ids[b]) != 0, SIEVE_ERR_NOT_FOUND,
-              "attend: sequence id " + std::to_string(in.seq_ids[b]) + " was not added to this session");
+      require(n >= 1 && (in.phase == SIEVE_PHASE_PREFILL || n == 1), SIEVE_ERR_INVALID_ARGUMENT, [&] {
+        return "attend: sequence " + std::to_string(b) + " has " + std::to_string(n) + " new tokens (" +
+               (in.phase == SIEVE_PHASE_DECODE ? "decode takes exactly 1)" : "prefill takes >= 1)");
+      });
+      require(s->taken.count(in.seq_ids[b]) != 0, SIEVE_ERR_NOT_FOUND, [&] {
+        return "attend: sequence id " + std::to_string(in.seq_ids[b]) + " was not added to this session";
+      });
     }
     const int32_t n_new = in.qo_indptr[in.batch];
     const DLDevice dev = s->services->device();
@@ -455,9 +482,13 @@ sieve_status sieve_session_attend(sieve_session* s, const sieve_layer_inputs* in
     // qo_indptr on the attention device.
     const size_t qo_bytes = size_t(in.batch + 1) * sizeof(int32_t);
     auto memory = s->services->device_memory();
-    s->qo_device.ensure(memory, qo_bytes);
+    if (s->qo_device.ensure(memory, qo_bytes)) s->qo_uploaded.clear();  // a new buffer holds nothing
     std::string err;
-    require(s->services->copy(s->qo_device.get(), dev, in.qo_indptr, kCpu, qo_bytes, &err), SIEVE_ERR_DEVICE, err);
+    if (!std::equal(in.qo_indptr, in.qo_indptr + in.batch + 1, s->qo_uploaded.begin(), s->qo_uploaded.end())) {
+      s->qo_uploaded.clear();  // unknown until the copy succeeds
+      require(s->services->copy(s->qo_device.get(), dev, in.qo_indptr, kCpu, qo_bytes, &err), SIEVE_ERR_DEVICE, err);
+      s->qo_uploaded.assign(in.qo_indptr, in.qo_indptr + in.batch + 1);
+    }
     int64_t qo_shape[1] = {in.batch + 1};
     DLTensor qo = make_view(s->qo_device.get(), dev, kI32, 1, qo_shape);
 
@@ -487,7 +518,7 @@ sieve_status sieve_session_end_step(sieve_session* s, uint32_t phase, const int3
   if (!s) return SIEVE_ERR_INVALID_ARGUMENT;
   return guarded(&s->error, [&] {
     require(phase == SIEVE_PHASE_PREFILL || phase == SIEVE_PHASE_DECODE, SIEVE_ERR_INVALID_ARGUMENT,
-            "end_step: phase " + std::to_string(phase) + " is neither prefill nor decode");
+            [&] { return "end_step: phase " + std::to_string(phase) + " is neither prefill nor decode"; });
     require(batch >= 0 && (batch == 0 || seq_ids), SIEVE_ERR_INVALID_ARGUMENT, "end_step: seq_ids is NULL");
     uint64_t& step = s->steps[phase == SIEVE_PHASE_PREFILL ? 0 : 1];
     std::string err;
