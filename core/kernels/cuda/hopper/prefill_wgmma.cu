@@ -157,34 +157,25 @@ __device__ TilePages tile_pages(const AttnParams& p, const KeyList& keys, int32_
   return tp;
 }
 
-// The warp's copy of the pages TMA does not load (not clean: an invalid slot, a page past the key
-// list, a sequence's ragged last page) into a swizzled tile, a page at a time: the page index is
-// warp-uniform, so a 16-byte chunk costs no shuffle and no division (the per-chunk loop this replaces
-// ran all 2048 chunks of the tile through a runtime division and two shuffles, on one warp, for every
-// item whose last tile is ragged). Rows inside the sequence come from the pool. Rows outside it: K's
-// are left as they are (their position is INT32_MAX, so mask_tile sets their logits to -inf whatever
-// they hold); V's are zeroed (P is exactly 0 there, but 0 x NaN would still be NaN).
-template <class T, bool kZeroOutside>
+// The warp's copy of the rows TMA does not load (pages that are not clean) into a swizzled tile:
+// valid rows from the pool, zeros elsewhere, 16 bytes a lane.
+template <class T>
 __device__ void copy_unclean(const AttnParams& p, const T* pool, const TilePages& tp, int32_t kvh, int32_t kv_len,
                              unsigned char* dst) {
   const int lane = threadIdx.x % 32;
   const int32_t P = p.page_size;
-  bool wrote = false;
-  for (int j = 0; j < kKeys / P; ++j) {
-    if (tp.clean_mask >> j & 1) continue;
-    const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, j);
-    const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, j);
-    const int32_t inside = ph >= 0 ? max(0, min(P, kv_len - p0)) : 0;  // rows inside the sequence
-    const int32_t rows = kZeroOutside ? P : inside;
-    for (int i = lane; i < rows * 16; i += 32) {
-      const int r = i >> 4, c = i & 15;
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (r < inside) x = *reinterpret_cast<const uint4*>(pool + p.pages.row(ph, kvh, r) + c * 8);
-      *reinterpret_cast<uint4*>(dst + tile_chunk(j * P + r, c)) = x;
-    }
-    wrote |= rows > 0;
+  if (tp.clean_mask == (1u << (kKeys / P)) - 1) return;
+  // kKeys * 16 chunks: the same trip count on every lane, so the shuffles see the whole warp.
+  for (int i = lane; i < kKeys * 16; i += 32) {
+    const int r = i / 16, c = i % 16;
+    const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, r / P);
+    const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, r / P);
+    if (tp.clean_mask >> (r / P) & 1) continue;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (ph >= 0 && p0 + r % P < kv_len) x = *reinterpret_cast<const uint4*>(pool + p.pages.row(ph, kvh, r % P) + c * 8);
+    *reinterpret_cast<uint4*>(dst + tile_chunk(r, c)) = x;
   }
-  if (wrote) fence_async_shared();  // these rows are read next by wgmma (the async proxy)
+  fence_async_shared();  // these rows are read next by wgmma (the async proxy)
 }
 
 // Arms `full` with the bytes of the clean pages' boxes, then loads them (both 64-column halves).
@@ -262,10 +253,9 @@ __device__ void produce(const AttnParams& p, const CUtensorMap* qmap, const CUte
       int32_t* kpos = reinterpret_cast<int32_t*>(base + Smem::kpos) + st * kKeys;
       int32_t max_pos = -1;
       for (int r = lane; r < kKeys; r += 32) {
-        const int32_t pg = keys.slot_of(p, r);  // r's page in the tile (a shift for power-of-two pages)
-        const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, pg);
-        const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, pg);
-        const int32_t pos = p0 + (r - pg * p.page_size);
+        const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, r / p.page_size);
+        const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, r / p.page_size);
+        const int32_t pos = p0 + r % p.page_size;
         const int32_t kp = ph >= 0 && pos < it.kv_len ? pos : INT32_MAX;
         kpos[r] = kp;
         max_pos = max(max_pos, kp);
@@ -274,12 +264,12 @@ __device__ void produce(const AttnParams& p, const CUtensorMap* qmap, const CUte
       for (int o = 16; o > 0; o /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
       if (lane == 0) reinterpret_cast<int32_t*>(base + Smem::mask)[st] = max_pos > it.min_pos;
       unsigned char* sk = base + Smem::k + st * kTileBytes;
-      copy_unclean<T, false>(p, static_cast<const T*>(p.k), tp, it.kvh, it.kv_len, sk);
+      copy_unclean(p, static_cast<const T*>(p.k), tp, it.kvh, it.kv_len, sk);
       load_clean(p, kmap, tp, it.kvh, sk, &bars.k_full[st]);
 
       if (tc >= kStages) mbar_wait(&bars.v_empty[st], parity);
       unsigned char* sv = base + Smem::v + st * kTileBytes;
-      copy_unclean<T, true>(p, static_cast<const T*>(p.v), tp, it.kvh, it.kv_len, sv);
+      copy_unclean(p, static_cast<const T*>(p.v), tp, it.kvh, it.kv_len, sv);
       load_clean(p, vmap, tp, it.kvh, sv, &bars.v_full[st]);
     }
   }
