@@ -21,8 +21,8 @@
 //    exponentiates S_j while P·V still runs on the tensor cores, and rescales O once P·V is done.
 //    Ping-pong: a pair of named barriers makes the two consumers issue their MMAs in turn, so one's
 //    softmax runs under the other's MMAs.
-// Persistent: one CTA per SM walks work items (a 128-row query tile of one head unit and sequence,
-// the order of the old grid: per head unit, longest tile first) in rounds (round_item). The
+// Persistent: one CTA per SM walks work items (a 128-row query tile of one head unit and sequence;
+// per sequence, longest tile first across the head units: work_item) in rounds (round_item). The
 // producer runs ahead across items: it loads the next item's Q (TMA, a double buffer, with the
 // item's tile count) and first K/V tiles while the consumers finish the current one, so a CTA's
 // setup and epilogue no longer leave the tensor cores idle (what made short block-sparse key lists
@@ -84,7 +84,11 @@ struct Rings {
 };
 
 // One work item: query tile `tile` of head unit `unit` and sequence `b` (the old grid's
-// blockIdx.x, y, z). Every role derives the same items, so they agree without talking.
+// blockIdx.x, y, z). Every role derives the same items, so they agree without talking. Within a
+// sequence the items go tile-major, longest first across every head unit (w = rank * units + unit),
+// so a round of gridDim.x items holds tiles of nearly one length whatever max_tiles is (unit-major,
+// a head unit's tiles from longest to shortest before the next unit's, left rounds mixing long and
+// short tiles when max_tiles is not much larger than the grid; see round_item).
 struct Item {
   int32_t b, kvh, h0, nh;
   int32_t qo0, q0, q1;           // the sequence's first token; the tile's query tokens [q0, q1)
@@ -95,9 +99,10 @@ struct Item {
 __device__ inline Item work_item(const AttnParams& p, int32_t w, int32_t max_tiles, int32_t tile_tokens) {
   Item it;
   const int32_t units = p.hkv * p.chunks;
-  const int32_t tile = max_tiles - 1 - w % max_tiles;  // longest first
+  const int32_t in_seq = w % (max_tiles * units);
+  const int32_t tile = max_tiles - 1 - in_seq / units;  // longest first
   it.b = w / (max_tiles * units);
-  const auto [kvh, h0, nh] = head_unit(p, (w / max_tiles) % units);
+  const auto [kvh, h0, nh] = head_unit(p, in_seq % units);
   it.kvh = kvh, it.h0 = h0, it.nh = nh;
   const auto [qo0, n_q, qb, tiles_per_block] = prefill_blocks(p, it.b, tile_tokens);
   const int32_t qblock = tile / tiles_per_block;
@@ -191,9 +196,11 @@ __device__ void load_clean(const AttnParams& p, const CUtensorMap* map, const Ti
 
 // This CTA's item in round r (rounds of gridDim.x consecutive items): the CTAs take a round's
 // items in order on even rounds and in reverse on odd ones. Consecutive items shrink (longest
-// first), so a fixed stride gives CTA 0 the longest item of every round: counted for dense 64q/8kv
-// causal prompts of 16K-64K, the busiest CTA gets 2.4-2.7% more key tiles than the mean with a fixed
-// stride, 0.7% alternating. Past n_items: none.
+// first), so a fixed stride gives CTA 0 the longest item of every round. Counted on the host (key
+// tiles + 2 tiles of per-item cost, 132 CTAs), the busiest CTA's excess over the mean: dense 64q/8kv
+// causal 16K-64K 0.4-1.6% fixed stride, < 0.1% alternating; 32q/8kv 16K 3.1% / 0.1%;
+// delta_correction's far-key call at 128K (64 anchor tiles of 0-126K keys x 8 heads) 1.4%, where
+// the unit-major order left it at 81% (alternating) and dense 32q/8kv 16K at 23%. Past n_items: none.
 __device__ inline int64_t round_item(int32_t r) {
   const int64_t c = blockIdx.x, g = gridDim.x;
   return r * g + (r % 2 == 0 ? c : g - 1 - c);
