@@ -109,13 +109,17 @@ def speed_gpu(suites, policies, out_dir, notes):
                     f"{j.get('date')}, command `{j.get('command')}`; measured ceilings: "
                     + (f"read {j['ceilings']['read_gbs']:.0f} GB/s, " if j['ceilings'].get('read_gbs') else "")
                     + f"copy {j['ceilings']['copy_gbs']:.0f} GB/s, cuBLAS bf16 {j['ceilings']['bf16_gemm_tflops']:.0f} TFLOP/s.\n")
-        rows = []
+        rows, failed = [], []
         for c in j["cases"]:
             if c.get("backend") != "cuda" or not c.get("tensor_cores", True):
+                continue
+            if not c.get("ok", True) or "median_ms" not in c:  # a case that failed has no timing
+                failed.append(f"`{c['name']}`: {c.get('error', 'no timing')}")
                 continue
             rows.append([c["name"].replace("gpu/", ""), c["median_ms"], c.get("gbs"), c.get("tflops"),
                          c.get("speedup_vs_sdpa")])
         text.append(md_table(["case", "median ms", "GB/s", "TFLOP/s", "vs SDPA (>1: faster)"], rows))
+        text += [f"Failed in that run (no timing): {f}" for f in failed]
         text.append("")
     for path, j in policies:
         m = j["meta"]
