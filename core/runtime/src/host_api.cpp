@@ -4,7 +4,6 @@
 #include "sieve/host.h"
 
 #include <algorithm>
-#include <concepts>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -24,6 +23,7 @@
 #include "sieve/runtime/session.hpp"
 #include "sieve/util/error.hpp"
 #include "sieve/util/grow_buffer.hpp"
+#include "sieve/util/lazy_require.hpp"
 #include "sieve/util/tensor.hpp"
 
 using namespace sieve;
@@ -94,18 +94,6 @@ sieve_status guarded(std::string* error, F&& body) {
     if (error) *error = "unknown exception";
     return SIEVE_ERR_INTERNAL;
   }
-}
-
-// Checks on the per-call path (attend, end_step) build their message only on failure: a
-// std::string from a long literal, std::to_string and concatenation are heap allocations that
-// every successful call would pay for (sieve::require takes a ready std::string).
-void require(bool ok, sieve_status s, const char* message) {
-  if (!ok) throw Error(s, message);
-}
-template <class MakeMessage>
-  requires std::invocable<MakeMessage&>
-void require(bool ok, sieve_status s, MakeMessage&& make_message) {
-  if (!ok) throw Error(s, std::string(make_message()));
 }
 
 // A zeroed struct with its header set.
