@@ -20,6 +20,7 @@ const char kUsage[] =
     "  --quick                   a few small cases (a smoke run)\n"
     "  --no-hopper               prefill on the mma.sync kernel where the Hopper one would run\n"
     "  --hopper-ctas=N           the Hopper prefill kernel's persistent CTAs (default: one per SM)\n"
+    "  --page-size=N             the GPU cases' KV page size (default 16; names get /pageN)\n"
     "  --filter=REGEX            only cases whose name matches\n"
     "  --sdpa                    time PyTorch SDPA on the dense GPU shapes (bench/sdpa_reference.py)\n"
     "  --sdpa-script=PATH        ... with this script; --python=EXE to run it (default python3)\n"
@@ -82,6 +83,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.hopper_ctas = int(v);
+    } else if (std::string n; value_of(argc, argv, &i, "--page-size", &n)) {
+      char* end = nullptr;
+      const long v = std::strtol(n.c_str(), &end, 10);
+      if (n.empty() || *end != '\0' || v < 1 || v > 4096) {
+        std::fprintf(stderr, "%s: --page-size: '%s' is not a page size (1 .. 4096)\n", prog, n.c_str());
+        return 2;
+      }
+      o.page_size = int(v);
     } else if (value_of(argc, argv, &i, "--filter", &o.filter) ||
                value_of(argc, argv, &i, "--sdpa-script", &o.sdpa_script) ||
                value_of(argc, argv, &i, "--sdpa-json", &o.sdpa_json) ||

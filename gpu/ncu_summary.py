@@ -4,7 +4,10 @@
              (cycles per issued instruction), largest first;
    timeline  every launch in order with its duration, then the total per kernel;
    skip A B  how many launches of kernel B come before the first B launched after a kernel A
-             (for ncu --launch-skip with -k B).
+             (for ncu --launch-skip with -k B);
+   source    reads `ncu -i REPORT --page source --csv --print-source sass` instead (a report with
+             the SourceCounters section): the SASS instructions with the most warp-stall samples,
+             each with its share and its top sampled reasons, and the samples summed per reason.
 Names match as substrings of the kernel's function name."""
 import csv
 import re
@@ -112,12 +115,41 @@ def skip(path, after, kernel):
     sys.exit(f"no {kernel} launch after a {after} launch in {path}")
 
 
+def source(path, top=45):
+    with open(path, newline="") as f:
+        rows = [r for r in csv.reader(f) if r]
+    start = next(i for i, r in enumerate(rows) if any("Source" == c.strip() for c in r))
+    head = [c.strip() for c in rows[start]]
+    recs = [dict(zip(head, r)) for r in rows[start + 1:]]
+    allc = next((c for c in head if c.startswith("Warp Stall Sampling (All")), None)
+    if allc is None:
+        sys.exit(f"no warp stall sampling column in {path}: {head}")
+    # Per-reason sample columns, where this ncu prints them (names vary between versions).
+    reasons = [c for c in head if c.startswith("stall_") or c.startswith("smsp__pcsamp_warps_issue_stalled")]
+    total = sum(number(r.get(allc, "")) or 0 for r in recs)
+    print(f"{len(recs)} instructions, {total:.0f} samples ({allc})")
+    if reasons:
+        sums = sorted(((sum(number(r.get(c, "")) or 0 for r in recs), c) for c in reasons), reverse=True)
+        print("samples per reason:")
+        for v, c in sums[:12]:
+            print(f"  {c:60s} {v:10.0f} {100 * v / total if total else 0:5.1f}%")
+    ranked = sorted(recs, key=lambda r: -(number(r.get(allc, "")) or 0))
+    print(f"top {top} instructions:")
+    for r in ranked[:top]:
+        v = number(r.get(allc, "")) or 0
+        why = sorted(((number(r.get(c, "")) or 0, c) for c in reasons), reverse=True)[:2]
+        tag = " ".join(f"{c.replace('smsp__pcsamp_warps_issue_stalled_', '')}={x:.0f}" for x, c in why if x)
+        print(f"{100 * v / total if total else 0:5.1f}%  {r.get('Address', ''):>6s}  {r.get('Source', '')[:70]:70s} {tag}")
+
+
 if __name__ == "__main__":
     mode, path = sys.argv[1], sys.argv[2]
     if mode == "stalls":
         stalls(path)
     elif mode == "timeline":
         timeline(path)
+    elif mode == "source":
+        source(path)
     elif mode == "skip":
         skip(path, sys.argv[3], sys.argv[4])
     else:

@@ -4,6 +4,7 @@
 // prints / writes the summary.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -99,6 +100,12 @@ int run_suite(const SuiteOptions& o) {
     for (Case& c : gpu_cases(o.quick)) {
       c.hopper = o.hopper;
       c.hopper_ctas = o.hopper_ctas;
+      if (o.page_size > 0 && o.page_size != c.page_size) {
+        // Same keys per selection block (64) where the page allows it; the SDPA shape is unchanged.
+        c.page_size = o.page_size;
+        c.k_block_pages = std::max(1, 64 / o.page_size);
+        c.name += "/page" + std::to_string(o.page_size);
+      }
       cases.push_back(c);
     }
   if (o.cpu)

@@ -259,6 +259,13 @@ TEST_F(Cli, BenchRunsTheSuiteExecutableUnderItsOwnName) {
   r = sieve_cli("bench --bogus");
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.out, "sieve bench: unknown argument '--bogus'\n");
+  // The suite's own options pass through, and sieve_bench checks their values under this name.
+  r = sieve_cli("bench --page-size=0");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "sieve bench: --page-size: '0' is not a page size (1 .. 4096)\n");
+  r = sieve_cli("bench --hopper-ctas=-3");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "sieve bench: --hopper-ctas: '-3' is not a count (0 .. 2147483647)\n");
 }
 
 TEST_F(Cli, ConformPassesTheMinimalFixture) {

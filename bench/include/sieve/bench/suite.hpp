@@ -14,6 +14,7 @@ struct SuiteOptions {
   bool quick = false;           // a few small cases: a smoke run, not the table
   bool hopper = true;           // false: prefill on the mma.sync kernel even where the Hopper one applies
   int hopper_ctas = 0;          // CudaAttentionOptions::hopper_ctas (0: one persistent CTA per SM)
+  int page_size = 0;            // GPU cases' page size (0: the suite's 16); names get "/pageN"
   std::string filter;           // regex over case names (as --benchmark_filter)
   std::string sdpa_script;      // run this sdpa_reference.py (with `python`) for the PyTorch side
   std::string sdpa_json;        // or read its output from this file; neither: no PyTorch column

@@ -7,15 +7,15 @@
 //
 // Roles (384 threads, three warpgroups; FlashAttention-3's forward structure, written here from
 // scratch):
-//  - warpgroup 0, the producer: its first warp fills two 2-stage rings, one of K tiles and one of V
-//    tiles, each stage with its own `full` and `empty` mbarrier (K is released as soon as S is
-//    computed, V only after P·V: separate rings let K of tile j + 2 load while V of tile j is still
-//    read). Per tile, lane j resolves page j of the tile (128 / page_size pages); a page wholly
+//  - warpgroup 0, the producers: its first warp fills a 2-stage ring of K tiles (and loads Q), its
+//    second a 2-stage ring of V tiles, each stage with its own `full` and `empty` mbarrier (K is
+//    released as soon as S is computed, V only after P·V: separate rings let K of tile j + 2 load
+//    while V of tile j is still read). Per tile, lane j resolves page j of the tile (128 / page_size pages); a page wholly
 //    inside the sequence is loaded by TMA (a box per 64-column half, into 128-byte-swizzled rows),
 //    any other page is copied (or zero-filled past the sequence / for an invalid slot) by the warp
 //    with plain stores, so no NaN from a ragged last page or a spare page reaches P·V (0 x NaN =
 //    NaN). With K it writes each key's position (INT32_MAX: invalid) and whether the tile needs
-//    masking. The other three warps leave after giving up their registers.
+//    masking. The other two warps leave after giving up their registers.
 //  - warpgroups 1 and 2, the consumers, 64 rows each. Intra-warpgroup overlap: iteration j issues
 //    S_j = Q·K_jᵀ (wgmma SS) and O += P_{j-1}·V_{j-1} (wgmma RS) back to back, then masks and
 //    exponentiates S_j while P·V still runs on the tensor cores, and rescales O once P·V is done.
@@ -23,7 +23,7 @@
 //    softmax runs under the other's MMAs.
 // Persistent: one CTA per SM walks work items (a 128-row query tile of one head unit and sequence;
 // per sequence, longest tile first across the head units: work_item) in rounds (round_item). The
-// producer runs ahead across items: it loads the next item's Q (TMA, a double buffer, with the
+// producers run ahead across items: they load the next item's Q (TMA, a double buffer, with the
 // item's tile count) and first K/V tiles while the consumers finish the current one, so a CTA's
 // setup and epilogue no longer leave the tensor cores idle (what made short block-sparse key lists
 // slower than on the mma.sync kernel, which runs several CTAs per SM).
@@ -221,14 +221,26 @@ __device__ inline KeyList item_keys(const AttnParams& p, const Item& it) {
   return keys;
 }
 
-// The producer warp, over the CTA's items: Q (with the item's tile count) into a free Q buffer,
-// then K and V of every key tile, each into its ring once the stage is free. `tc` counts tiles
-// across items (stage tc % 2, the (tc / 2)-th use of it), `k` items.
-template <class T>
-__device__ void produce(const AttnParams& p, const CUtensorMap* qmap, const CUtensorMap* kmap, const CUtensorMap* vmap,
-                        int32_t max_tiles, int32_t tile_tokens, int32_t n_items, unsigned char* base) {
+// The producer warps, over the CTA's items: one per ring, walking the same items and key tiles. The
+// K warp also loads each item's Q (with its tile count) into a free Q buffer and writes each K tile's
+// key positions and mask flag. One warp issuing K_t then V_t had to wait for V's stage (freed only
+// after P·V, an iteration after K's) before it could look up the next tile's pages, so every K tile
+// started late; apart, each warp looks up its next tile's pages while it waits for that tile's stage
+// (H200, same call: dense 64q/8kv 16K 10.41 -> 9.13 ms, 90% sparse 16K 1.85 -> 1.43 ms). Pages below
+// a tile cost one TMA box per page and 64-column half (32 boxes of 2 KB a tile at page 16): dense 32K
+// runs 16% slower at page 16 than at page 128. Copying such pages with cp.async instead (two warps
+// per ring, zero-filled rows, cp.async.mbarrier.arrive) measured 1.8x slower than these boxes, so
+// TMA stays (gpu/lead-2026-11-29-{A,B,C}.sh, docs/bench/README.md). `tc` counts tiles across items
+// (stage tc % 2, the (tc / 2)-th use of it), `k` items.
+template <class T, bool kLoadsK>
+__device__ void produce(const AttnParams& p, const CUtensorMap* qmap, const CUtensorMap* kvmap, int32_t max_tiles,
+                        int32_t tile_tokens, int32_t n_items, unsigned char* base) {
   const int lane = threadIdx.x % 32;
   const Rings bars(base);
+  uint64_t* const empty = kLoadsK ? bars.k_empty : bars.v_empty;
+  uint64_t* const full = kLoadsK ? bars.k_full : bars.v_full;
+  const T* const pool = static_cast<const T*>(kLoadsK ? p.k : p.v);
+  const size_t ring = kLoadsK ? Smem::k : Smem::v;
   int32_t tc = 0, k = 0;
   for (int32_t r = 0; int64_t(r) * gridDim.x < n_items; ++r) {
     const int64_t w = round_item(r);
@@ -238,46 +250,43 @@ __device__ void produce(const AttnParams& p, const CUtensorMap* qmap, const CUte
     const KeyList keys = item_keys(p, it);
     const int32_t n_tiles = ceil_div_d(keys.n_keys, kKeys);
 
-    const int qb = k % 2;
-    if (k >= 2) mbar_wait(&bars.q_empty[qb], uint32_t(k / 2 - 1) & 1u);
-    if (lane == 0) {
-      reinterpret_cast<int32_t*>(base + Smem::item_tiles)[qb] = n_tiles;
-      // Rows r = token * hg + head: one box per 64-column half, hg heads x tile_tokens tokens
-      // (heads past the unit or tokens past the tile land in rows the consumers do not store).
-      mbar_arrive_expect_tx(&bars.q_full[qb], 2u * 128u * uint32_t(p.hg * tile_tokens));
-      unsigned char* sq = base + Smem::q + qb * 2 * kQBufHalf;
-      for (int h = 0; h < 2; ++h) tma_load_3d(sq + h * kQBufHalf, qmap, &bars.q_full[qb], h * 64, it.h0, it.qo0 + it.q0);
+    if constexpr (kLoadsK) {
+      const int qb = k % 2;
+      if (k >= 2) mbar_wait(&bars.q_empty[qb], uint32_t(k / 2 - 1) & 1u);
+      if (lane == 0) {
+        reinterpret_cast<int32_t*>(base + Smem::item_tiles)[qb] = n_tiles;
+        // Rows r = token * hg + head: one box per 64-column half, hg heads x tile_tokens tokens
+        // (heads past the unit or tokens past the tile land in rows the consumers do not store).
+        mbar_arrive_expect_tx(&bars.q_full[qb], 2u * 128u * uint32_t(p.hg * tile_tokens));
+        unsigned char* sq = base + Smem::q + qb * 2 * kQBufHalf;
+        for (int h = 0; h < 2; ++h) tma_load_3d(sq + h * kQBufHalf, qmap, &bars.q_full[qb], h * 64, it.h0, it.qo0 + it.q0);
+      }
     }
     ++k;
 
     for (int32_t t = 0; t < n_tiles; ++t, ++tc) {
       const int st = tc % kStages;
-      const uint32_t parity = uint32_t(tc / kStages - 1) & 1u;  // of the consumers' release of this stage
-      const TilePages tp = tile_pages(p, keys, it.kv_len, t);
-
-      if (tc >= kStages) mbar_wait(&bars.k_empty[st], parity);
-      // Key positions and the mask flag: a key past the item's first query or invalid masks.
-      int32_t* kpos = reinterpret_cast<int32_t*>(base + Smem::kpos) + st * kKeys;
-      int32_t max_pos = -1;
-      for (int r = lane; r < kKeys; r += 32) {
-        const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, r / p.page_size);
-        const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, r / p.page_size);
-        const int32_t pos = p0 + r % p.page_size;
-        const int32_t kp = ph >= 0 && pos < it.kv_len ? pos : INT32_MAX;
-        kpos[r] = kp;
-        max_pos = max(max_pos, kp);
-      }
+      const TilePages tp = tile_pages(p, keys, it.kv_len, t);  // before the wait: its loads overlap it
+      if (tc >= kStages) mbar_wait(&empty[st], uint32_t(tc / kStages - 1) & 1u);
+      if constexpr (kLoadsK) {
+        // Key positions and the mask flag: a key past the item's first query or invalid masks.
+        int32_t* kpos = reinterpret_cast<int32_t*>(base + Smem::kpos) + st * kKeys;
+        int32_t max_pos = -1;
+        for (int r = lane; r < kKeys; r += 32) {
+          const int32_t ph = __shfl_sync(0xffffffffu, tp.phys, r / p.page_size);
+          const int32_t p0 = __shfl_sync(0xffffffffu, tp.pos0, r / p.page_size);
+          const int32_t pos = p0 + r % p.page_size;
+          const int32_t kp = ph >= 0 && pos < it.kv_len ? pos : INT32_MAX;
+          kpos[r] = kp;
+          max_pos = max(max_pos, kp);
+        }
 #pragma unroll
-      for (int o = 16; o > 0; o /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
-      if (lane == 0) reinterpret_cast<int32_t*>(base + Smem::mask)[st] = max_pos > it.min_pos;
-      unsigned char* sk = base + Smem::k + st * kTileBytes;
-      copy_unclean(p, static_cast<const T*>(p.k), tp, it.kvh, it.kv_len, sk);
-      load_clean(p, kmap, tp, it.kvh, sk, &bars.k_full[st]);
-
-      if (tc >= kStages) mbar_wait(&bars.v_empty[st], parity);
-      unsigned char* sv = base + Smem::v + st * kTileBytes;
-      copy_unclean(p, static_cast<const T*>(p.v), tp, it.kvh, it.kv_len, sv);
-      load_clean(p, vmap, tp, it.kvh, sv, &bars.v_full[st]);
+        for (int o = 16; o > 0; o /= 2) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
+        if (lane == 0) reinterpret_cast<int32_t*>(base + Smem::mask)[st] = max_pos > it.min_pos;
+      }
+      unsigned char* dst = base + ring + st * kTileBytes;
+      copy_unclean(p, pool, tp, it.kvh, it.kv_len, dst);
+      load_clean(p, kvmap, tp, it.kvh, dst, &full[st]);
     }
   }
 }
@@ -501,8 +510,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     setmaxnreg_dec72();
-    if (threadIdx.x >= 32) return;
-    produce<T>(p, &qmap, &kmap, &vmap, max_tiles, tile_tokens, n_items, base);
+    const int warp = threadIdx.x / 32;
+    if (warp == 0) produce<T, true>(p, &qmap, &kmap, max_tiles, tile_tokens, n_items, base);
+    if (warp == 1) produce<T, false>(p, &qmap, &vmap, max_tiles, tile_tokens, n_items, base);
   } else {
     setmaxnreg_inc216();
     consume<T>(p, wg - 1, max_tiles, tile_tokens, n_items, base);
