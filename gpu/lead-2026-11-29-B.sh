@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran (2026-11-28 06:00 UTC, H200) on main 3f8ead1 plus a first cp.async version (its copy loop divided by the
+# page size and shuffled per chunk; not kept); C2 of call C is gpu/lead-2026-11-29-C-cp-async.patch.
 # Lead's call B of the sixth session (issue 21). The working tree's Hopper prefill kernel ("C"): pages
 # smaller than a tile are copied by two cp.async warps per ring (K, V), pages of a whole tile by TMA,
 # one warp per ring. Correctness first (cuda_test whole, hopper_test, memcheck of the prefill tests

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran (2026-11-28 06:09 UTC, H200) on main 3f8ead1 + gpu/lead-2026-11-29-C-cp-async.patch (C2); it kept T,
+# which is the code of 3f8ead1 (the cp.async kernel instantiated but never launched).
 # Lead's call C of the sixth session (issue 21). The working tree's kernel ("C2"): pages smaller than
 # a tile copied by cp.async (two warps per ring; per page two shuffles and one row address, per chunk an
 # add and the copy), a page of a whole tile by TMA. Against "T" (TMA at every page size: the launch's
