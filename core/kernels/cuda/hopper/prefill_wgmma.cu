@@ -10,12 +10,12 @@
 //  - warpgroup 0, the producers: its first warp fills a 2-stage ring of K tiles (and loads Q), its
 //    second a 2-stage ring of V tiles, each stage with its own `full` and `empty` mbarrier (K is
 //    released as soon as S is computed, V only after P·V: separate rings let K of tile j + 2 load
-//    while V of tile j is still read). Per tile, lane j resolves page j of the tile (128 / page_size pages); a page wholly
-//    inside the sequence is loaded by TMA (a box per 64-column half, into 128-byte-swizzled rows),
-//    any other page is copied (or zero-filled past the sequence / for an invalid slot) by the warp
-//    with plain stores, so no NaN from a ragged last page or a spare page reaches P·V (0 x NaN =
-//    NaN). With K it writes each key's position (INT32_MAX: invalid) and whether the tile needs
-//    masking. The other two warps leave after giving up their registers.
+//    while V of tile j is still read). Per tile, lane j resolves page j of the tile (128 / page_size
+//    pages); a page wholly inside the sequence is loaded by TMA (a box per 64-column half, into
+//    128-byte-swizzled rows), any other page is copied (or zero-filled past the sequence / for an
+//    invalid slot) by the warp with plain stores, so no NaN from a ragged last page or a spare page
+//    reaches P·V (0 x NaN = NaN). With K it writes each key's position (INT32_MAX: invalid) and
+//    whether the tile needs masking. The other two warps leave after giving up their registers.
 //  - warpgroups 1 and 2, the consumers, 64 rows each. Intra-warpgroup overlap: iteration j issues
 //    S_j = Q·K_jᵀ (wgmma SS) and O += P_{j-1}·V_{j-1} (wgmma RS) back to back, then masks and
 //    exponentiates S_j while P·V still runs on the tensor cores, and rescales O once P·V is done.
