@@ -16,19 +16,7 @@ BD=build-device-all; B=$BD/bin
 OUT=$X/build timeout 300 bash bench/device_all.sh --fresh --no-tests > $X/build.txt 2>&1; st "build rc=$? $(tail -1 $X/build.txt)"
 ROWS='gpu/prefill/(64q8kv128|32q8kv128)/bs1/ctx(16384|32768)/bf16/(dense|sparse0.90)$'
 ROWS128='gpu/prefill/64q8kv128/bs1/ctx(16384|32768)/bf16/(dense|sparse0.90)/page128$'
-SECT="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section ComputeWorkloadAnalysis --section SourceCounters"
-ncu_src() {  # NAME KREGEX SKIP CAP CMD...
-  local n=$1 k=$2 skip=$3 cap=$4; shift 4
-  timeout $cap ncu --clock-control none $SECT --import-source no -k "regex:$k" --launch-skip $skip --launch-count 1 -o $RP/$n -f "$@" > $X/ncu_$n.app.log 2>&1
-  st "ncu $n rc=$?"
-  [ -f $RP/$n.ncu-rep ] || return
-  ncu -i $RP/$n.ncu-rep --page raw --csv > $X/ncu_$n.raw.csv 2>&1
-  python3 gpu/ncu_summary.py stalls $X/ncu_$n.raw.csv > $X/ncu_$n.stalls.txt 2>&1
-  ncu -i $RP/$n.ncu-rep --page source --csv --print-source sass > $X/ncu_$n.source.csv 2> $X/ncu_$n.source.err \
-    || ncu -i $RP/$n.ncu-rep --page source --csv > $X/ncu_$n.source.csv 2>> $X/ncu_$n.source.err
-  python3 gpu/ncu_summary.py source $X/ncu_$n.source.csv > $X/ncu_$n.source.txt 2>&1
-  head -30 $X/ncu_$n.stalls.txt; head -40 $X/ncu_$n.source.txt
-}
+. gpu/ncu_source.sh  # SECT and ncu_src (printed summaries shortened since the run)
 variant() {  # V: rows, page-128 rows, ncu
   local v=$1
   timeout 40 $B/sieve_bench --gpu-only --filter="$ROWS" --json=$X/rows_$v.json > $X/rows_$v.log 2>&1; st "$v rows rc=$?"

@@ -17,18 +17,7 @@ st() { echo "[$SECONDS s] $*" | tee -a $X/summary.txt; }
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u; } > $X/summary.txt 2>&1
 BD=build-device-all; B=$BD/bin; K=core/kernels/cuda/hopper/prefill_wgmma.cu
 OUT=$X/build timeout 300 bash bench/device_all.sh --fresh --no-tests > $X/build.txt 2>&1; st "build rc=$? $(tail -1 $X/build.txt)"
-SECT="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section ComputeWorkloadAnalysis --section SourceCounters"
-ncu_src() {  # NAME KREGEX SKIP CAP CMD...
-  local n=$1 k=$2 skip=$3 cap=$4; shift 4
-  timeout $cap ncu --clock-control none $SECT --import-source no -k "regex:$k" --launch-skip $skip --launch-count 1 -o $RP/$n -f "$@" > $X/ncu_$n.app.log 2>&1
-  st "ncu $n rc=$?"
-  [ -f $RP/$n.ncu-rep ] || return
-  ncu -i $RP/$n.ncu-rep --page raw --csv > $X/ncu_$n.raw.csv 2>&1
-  python3 gpu/ncu_summary.py stalls $X/ncu_$n.raw.csv > $X/ncu_$n.stalls.txt 2>&1
-  ncu -i $RP/$n.ncu-rep --page source --csv --print-source sass > $X/ncu_$n.source.csv 2> $X/ncu_$n.source.err
-  python3 gpu/ncu_summary.py source $X/ncu_$n.source.csv > $X/ncu_$n.source.txt 2>&1
-  head -12 $X/ncu_$n.stalls.txt; sed -n 1,16p $X/ncu_$n.source.txt | cut -c1-150
-}
+. gpu/ncu_source.sh  # SECT and ncu_src (printed summaries shortened since the run)
 rows() {  # NAME PAGE REGEX
   timeout 40 $B/sieve_bench --gpu-only --page-size=$2 --filter="$3" --json=$X/rows_$1.json > $X/rows_$1.log 2>&1; st "rows $1 rc=$?"
   grep -E '^gpu/prefill' $X/rows_$1.log | grep -v iterations | cut -c1-150
