@@ -4,11 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <climits>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "sieve/bench/args.hpp"
 #include "sieve/bench/policy.hpp"
 #include "sieve/bench/suite.hpp"
 
@@ -76,17 +77,15 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(a, "--sdpa")) {
       sdpa = true;
     } else if (std::string n; value_of(argc, argv, &i, "--hopper-ctas", &n)) {
-      char* end = nullptr;
-      const long v = std::strtol(n.c_str(), &end, 10);
-      if (n.empty() || *end != '\0' || v < 0 || v > INT32_MAX) {
+      int64_t v = 0;
+      if (!sieve::bench::parse_int(n, 0, INT32_MAX, &v)) {
         std::fprintf(stderr, "%s: --hopper-ctas: '%s' is not a count (0 .. 2147483647)\n", prog, n.c_str());
         return 2;
       }
       o.hopper_ctas = int(v);
     } else if (std::string n; value_of(argc, argv, &i, "--page-size", &n)) {
-      char* end = nullptr;
-      const long v = std::strtol(n.c_str(), &end, 10);
-      if (n.empty() || *end != '\0' || v < 1 || v > 4096) {
+      int64_t v = 0;
+      if (!sieve::bench::parse_int(n, 1, 4096, &v)) {
         std::fprintf(stderr, "%s: --page-size: '%s' is not a page size (1 .. 4096)\n", prog, n.c_str());
         return 2;
       }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sieve/bench/args.hpp"
 #include "sieve/bench/policy.hpp"
 
 namespace sieve::bench {
@@ -62,14 +63,6 @@ bool parse_int_list(const std::string& s, std::vector<int32_t>* out) {
     at = comma + 1;
   }
   return !out->empty();
-}
-
-bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
 }
 
 }  // namespace
